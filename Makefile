@@ -1,0 +1,46 @@
+# opkiln: `make wheels` builds, repairs, audits (and indexes) what this machine
+# can build; `make test` runs the suite. Everything installs into repo-local
+# venvs from pinned requirement files; nothing is installed by hand.
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+VPY := $(VENV)/bin/python
+KILN := $(VPY) scripts/kiln
+# VARIANT: cpu (torch 2.13.0, the default) or cu130 (torch 2.14.1 + nvcc 13.0).
+# MATRIX=local builds every combination this machine can build.
+VARIANT ?= cpu
+MATRIX ?=
+PYTEST_ARGS ?=
+
+.PHONY: help venv wheels test lint clean
+
+help:
+	@echo "make wheels            build + repair + audit the default wheel (torch 2.13 CPU) into dist/"
+	@echo "make wheels VARIANT=cu130   the CUDA 13.0 wheel (torch 2.14.1)"
+	@echo "make wheels MATRIX=local    every combination this machine can build"
+	@echo "make test              run the test suite"
+	@echo "make lint              ruff + mypy"
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: requirements/dev.txt
+	$(PYTHON) -m venv $(VENV)
+	$(VPY) -m pip install --quiet --upgrade -r requirements/dev.txt
+	touch $@
+
+wheels: venv
+	$(KILN) wheels $(if $(MATRIX),--matrix $(MATRIX),--variant $(VARIANT))
+
+test: venv
+	$(KILN) wheels --variant cpu --install-into $(VENV)
+	$(VPY) -m pytest $(PYTEST_ARGS)
+
+lint: venv
+	$(VENV)/bin/ruff check python scripts tests benchmarks
+	$(VENV)/bin/mypy python/opkiln scripts/kiln_tool
+
+clean:
+	rm -rf build dist tests/_artifacts

@@ -1,0 +1,19 @@
+"""opkiln: PyTorch custom operators shipped as hardened, audited wheels.
+
+``import opkiln`` loads the compiled library, so every operator is registered
+as ``torch.ops.opkiln.*`` after a plain import.
+"""
+
+from __future__ import annotations
+
+from ._build_info import build_info
+from ._loader import load_library
+
+load_library()
+
+from . import ops  # noqa: E402 - ops registers fake/autograd impls on the loaded library
+from .ops import weighted_sum  # noqa: E402
+
+__version__: str = build_info()["opkiln_version"]
+
+__all__ = ["__version__", "build_info", "ops", "weighted_sum"]

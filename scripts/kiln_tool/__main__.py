@@ -1,0 +1,3 @@
+from kiln_tool.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,59 @@
+"""What CMake needs to know before project(): the torch to build against and the variant.
+
+``python -m kiln_tool.build_config --format cmake`` prints ``set()`` commands;
+``--format json`` prints the same facts for people and tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import asdict
+
+from .torch_probe import TorchInstall, TorchNotFound, find_torch
+from .variant import BuildVariant, VariantError, resolve_variant, wheel_version
+
+
+def config_values(torch: TorchInstall, variant: BuildVariant) -> dict[str, str]:
+    return {
+        "OPKILN_TORCH_ROOT": torch.root,
+        "OPKILN_TORCH_VERSION": torch.version,
+        "OPKILN_TORCH_PUBLIC_VERSION": torch.public_version,
+        "OPKILN_TORCH_MAJOR_MINOR": torch.major_minor,
+        "OPKILN_TORCH_CUDA": torch.cuda or "",
+        "OPKILN_TORCH_INCLUDE_DIRS": ";".join(torch.include_dirs),
+        "OPKILN_TORCH_LIB_DIR": torch.lib_dir,
+        "OPKILN_TORCH_CXX11_ABI": "1" if torch.cxx11_abi else "0",
+        "OPKILN_TORCH_CXX_STANDARD": str(torch.cxx_standard),
+        "OPKILN_WITH_CUDA": "ON" if variant.cuda else "OFF",
+        "OPKILN_VARIANT_TAG": variant.cuda_tag,
+        "OPKILN_ABI_MODE": variant.mode,
+        "OPKILN_WHEEL_VERSION": wheel_version(torch, variant),
+    }
+
+
+def _cmake_quote(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$") + '"'
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--format", choices=("json", "cmake"), default="json")
+    args = parser.parse_args(argv)
+    try:
+        torch = find_torch()
+        variant = resolve_variant(torch)
+    except (TorchNotFound, VariantError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    values = config_values(torch, variant)
+    if args.format == "cmake":
+        sys.stdout.write("".join(f"set({k} {_cmake_quote(v)})\n" for k, v in values.items()))
+    else:
+        print(json.dumps({"torch": asdict(torch), "variant": asdict(variant), "cmake": values}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
