@@ -12,8 +12,8 @@ from ._loader import load_library
 load_library()
 
 from . import ops  # noqa: E402 - ops registers fake/autograd impls on the loaded library
-from .ops import weighted_sum  # noqa: E402
+from .ops import *  # noqa: E402, F403 - the public ops are listed in ops.__all__
 
 __version__: str = build_info()["opkiln_version"]
 
-__all__ = ["__version__", "build_info", "ops", "weighted_sum"]
+__all__ = ["__version__", "build_info", "ops", *ops.__all__]  # noqa: PLE0604
