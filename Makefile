@@ -34,8 +34,10 @@ $(VENV)/.installed: requirements/dev.txt
 wheels: venv
 	$(KILN) wheels $(if $(MATRIX),--matrix $(MATRIX),--variant $(VARIANT))
 
+# Builds every local combination (the CUDA one too: compiling needs no GPU),
+# installs the CPU wheel into the dev venv, then runs the suite.
 test: venv
-	$(KILN) wheels --variant cpu --install-into $(VENV)
+	$(KILN) wheels --matrix local --install-into $(VENV)
 	$(VPY) -m pytest $(PYTEST_ARGS)
 
 lint: venv

@@ -14,6 +14,7 @@ from types import ModuleType
 COMMANDS: dict[str, str] = {
     "matrix": "matrix",
     "wheels": "wheels",
+    "repair": "repair",
     "audit": "audit",
     "index": "index",
     "repro": "repro",

