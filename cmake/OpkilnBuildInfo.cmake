@@ -5,11 +5,14 @@ function(opkiln_write_build_info target)
   set(out "${CMAKE_BINARY_DIR}/_build_info.json")
   set(cuda_args "")
   if(OPKILN_WITH_CUDA)
+    # Lists joined with spaces: a ";" would split them into separate arguments.
+    list(JOIN OPKILN_CUDA_ARCH_LIST " " _archs)
+    list(JOIN CMAKE_CUDA_ARCHITECTURES " " _cmake_archs)
     list(APPEND cuda_args
       --cuda "${OPKILN_TORCH_CUDA}"
       --nvcc-version "${CMAKE_CUDA_COMPILER_VERSION}"
-      --cuda-archs "${OPKILN_CUDA_ARCH_LIST}"
-      --cuda-flags "${CMAKE_CUDA_FLAGS} ${CMAKE_CUDA_FLAGS_RELEASE} ${CMAKE_CUDA_ARCHITECTURES}")
+      --cuda-archs "${_archs}"
+      --cuda-flags "${CMAKE_CUDA_FLAGS} ${CMAKE_CUDA_FLAGS_RELEASE} ${_cmake_archs}")
   endif()
   execute_process(
     COMMAND "${CMAKE_COMMAND}" -E env "PYTHONPATH=${OPKILN_SOURCE_DIR}/scripts"
