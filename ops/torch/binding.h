@@ -10,9 +10,15 @@
 #include "../kernels/common.h"
 
 #if OPKILN_WITH_CUDA
+#include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
+
+#include <array>
+#include <atomic>
+
+#include "../kernels/cuda/arch_check.h"
 #endif
 
 namespace opkiln::binding {
@@ -47,10 +53,33 @@ inline void check_device(const at::Tensor& t, c10::DeviceType expected, std::str
 }
 
 #if OPKILN_WITH_CUDA
-inline kernels::CudaStream current_stream() { return c10::cuda::getCurrentCUDAStream().stream(); }
-
 inline void check_cuda_status(kernels::CudaStatus status, std::string_view op) {
   TORCH_CHECK(status == 0, "opkiln::", op, ": CUDA error: ", cudaGetErrorString(static_cast<cudaError_t>(status)));
+}
+
+// Once per device, before the first launch: a GPU that none of our SASS or PTX
+// runs on gets an error naming its arch and ours, not "no kernel image is
+// available for execution on the device".
+inline void check_kernel_image(c10::DeviceIndex device) {
+  static std::array<std::atomic<bool>, 64> verified{};
+  const auto slot = static_cast<std::size_t>(device);
+  if (slot < verified.size() && verified[slot].load(std::memory_order_acquire)) return;
+  const kernels::CudaStatus status = kernels::kernel_image_status();
+  if (status == static_cast<kernels::CudaStatus>(cudaErrorNoKernelImageForDevice)) {
+    const int cc = kernels::device_compute_capability(device);
+    TORCH_CHECK(false, "opkiln: this GPU (cuda:", static_cast<int>(device), ", sm_", cc, ", compute capability ",
+                cc / 10, ".", cc % 10, ") is not supported by this opkiln wheel. It carries CUDA kernels for ",
+                kernels::compiled_cuda_archs(), " (SASS for each arch, PTX only for those marked +PTX), and none of ",
+                "them runs on sm_", cc, ". Install an opkiln wheel built for this GPU, or build one from source with ",
+                "OPKILN_CUDA_ARCHS=\"", cc / 10, ".", cc % 10, "\". `python -m opkiln doctor` shows the details.");
+  }
+  check_cuda_status(status, "kernel image check");
+  if (slot < verified.size()) verified[slot].store(true, std::memory_order_release);
+}
+
+inline kernels::CudaStream current_stream() {
+  check_kernel_image(c10::cuda::current_device());
+  return c10::cuda::getCurrentCUDAStream().stream();
 }
 #endif
 
