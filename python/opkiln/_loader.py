@@ -1,4 +1,4 @@
-"""Load opkiln._C and prove that every op in the build manifest is registered."""
+"""Load opkiln._C: preflight first, explain a failed load, then prove every op in the manifest is registered."""
 
 from __future__ import annotations
 
@@ -6,11 +6,12 @@ import importlib
 
 import torch
 
+from . import _preflight
 from ._build_info import build_info
+from ._preflight import OpkilnEnvironmentError
 
-
-class OpkilnLoadError(ImportError):
-    pass
+# The earlier name of the same error; kept so `except OpkilnLoadError` keeps working.
+OpkilnLoadError = OpkilnEnvironmentError
 
 
 def missing_ops(manifest: list[str]) -> list[str]:
@@ -31,10 +32,24 @@ def _has_schema(namespace: str, name: str) -> bool:
 
 
 def load_library() -> None:
-    importlib.import_module("opkiln._C")
-    missing = missing_ops(build_info()["ops"])
+    """Import opkiln._C or raise OpkilnEnvironmentError; never let a raw loader error through."""
+    info = build_info()
+    env = _preflight.current_environment()
+    if not _preflight.skip_requested():
+        _preflight.check(info, env)
+    try:
+        importlib.import_module("opkiln._C")
+    except (ImportError, OSError) as exc:
+        raise _preflight.environment_error(
+            info, env, _preflight.explain_load_failure(exc, info, env),
+            "opkiln cannot be imported: its compiled library failed to load.",
+            loader_error=_preflight.loader_error_text(exc),
+        ) from None
+    missing = missing_ops(list(info.get("ops", [])))
     if missing:
-        raise OpkilnLoadError(
-            f"opkiln loaded its library but these operators are not registered: {', '.join(missing)}. "
-            "The installed files do not match the build; reinstall opkiln."
+        raise _preflight.environment_error(
+            info, env,
+            [f"opkiln._C loaded, but these operators are not registered: {', '.join(missing)}",
+             "the installed files do not match the build, or another copy of opkiln's _C shadows this one"],
+            "opkiln cannot be imported: operators from its build manifest are missing.",
         )

@@ -1,0 +1,333 @@
+"""Compare the embedded build info with the running environment before opkiln._C loads.
+
+A wheel loaded into the wrong environment fails deep inside the dynamic loader
+(``undefined symbol: _ZN3c10...``, ``libc10_cuda.so: cannot open shared object
+file``), or worse, loads and crashes. This module turns every such case into one
+:class:`OpkilnEnvironmentError` that says what the wheel was built for, what is
+installed, and the exact command that installs the right wheel.
+
+It runs on every ``import opkiln``: stdlib only, no subprocess, and the facts
+about torch come from the already imported ``torch`` module.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import textwrap
+from collections.abc import Mapping
+from dataclasses import dataclass
+from importlib.machinery import EXTENSION_SUFFIXES
+from pathlib import Path
+from typing import Any
+
+SKIP_ENV = "OPKILN_SKIP_PREFLIGHT"
+INDEX_URL_ENV = "OPKILN_INDEX_URL"
+DEFAULT_INDEX_URL = "https://opkiln.github.io/wheels"
+DOCTOR_COMMAND = "python -m opkiln doctor"
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+class OpkilnEnvironmentError(ImportError):
+    """opkiln cannot work in this environment; the message says why and how to fix it.
+
+    Attributes: ``problems`` (one line each), ``built_for`` and ``installed``
+    (one-line summaries), ``fix`` (a shell command), ``loader_error`` (the raw
+    loader message when loading was attempted, else None).
+    """
+
+    def __init__(self, headline: str, *, built_for: str, installed: str, problems: list[str], fix: str,
+                 fix_reason: str, loader_error: str | None = None) -> None:
+        self.headline = headline
+        self.built_for = built_for
+        self.installed = installed
+        self.problems = list(problems)
+        self.fix = fix
+        self.fix_reason = fix_reason
+        self.loader_error = loader_error
+        super().__init__(self._render(), name="opkiln")
+
+    def _render(self) -> str:
+        width = 13
+        lines = [self.headline, ""]
+        lines.append(f"  {'built for:':<{width}}{self.built_for}")
+        lines.append(f"  {'installed:':<{width}}{self.installed}")
+        for i, problem in enumerate(self.problems):
+            label = "problem:" if i == 0 else ""
+            wrapped = textwrap.wrap(problem, 100 - width, initial_indent="- ", subsequent_indent="  ")
+            for j, line in enumerate(wrapped):
+                lines.append(f"  {label if j == 0 else '':<{width}}{line}")
+        lines.append(f"  {'fix:':<{width}}{self.fix_reason}")
+        lines.append(f"  {'':<{width}}  {self.fix}")
+        lines.append("")
+        lines.append(f"  More: `{DOCTOR_COMMAND}` checks this environment and prints the same fix.")
+        lines.append(f"  The index base URL comes from the wheel's build info; set {INDEX_URL_ENV} to use a mirror.")
+        lines.append(f"  Experts: {SKIP_ENV}=1 skips these checks (a mismatched library may then crash).")
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Environment:
+    """The running interpreter and torch, as far as loading opkiln._C is concerned."""
+
+    torch_version: str
+    cuda: str | None
+    cxx11_abi: bool | None
+    python_version: tuple[int, int]
+    python_tag: str
+    extension_suffixes: tuple[str, ...]
+
+    @property
+    def torch_major_minor(self) -> str:
+        return major_minor(self.torch_version)
+
+    @property
+    def cuda_tag(self) -> str:
+        return cuda_tag(self.cuda)
+
+
+def major_minor(version: str) -> str:
+    """``2.14.1+cu130`` -> ``2.14``."""
+    return ".".join(version.split("+")[0].split(".")[:2])
+
+
+def version_tuple(version: str) -> tuple[int, ...]:
+    """Leading numeric release parts: ``2.14.0a0+git`` -> (2, 14, 0)."""
+    parts: list[int] = []
+    for piece in version.split("+")[0].split("."):
+        match = re.match(r"\d+", piece)
+        if not match:
+            break
+        parts.append(int(match.group()))
+        if match.group() != piece:
+            break
+    return tuple(parts)
+
+
+def cuda_tag(cuda: str | None) -> str:
+    return "cpu" if not cuda else "cu" + cuda.replace(".", "")
+
+
+def cuda_major(cuda: str | None) -> str | None:
+    return cuda.split(".")[0] if cuda else None
+
+
+def tag_python_version(tag: str) -> tuple[int, int] | None:
+    """``cp310`` -> (3, 10)."""
+    digits = re.sub(r"^[a-z]+", "", tag).rstrip("t")
+    return (int(digits[0]), int(digits[1:])) if len(digits) >= 2 and digits.isdigit() else None
+
+
+def running_python_tag() -> str:
+    impl = "cp" if sys.implementation.name == "cpython" else sys.implementation.name
+    threaded = "t" if "t" in getattr(sys, "abiflags", "") else ""
+    return f"{impl}{sys.version_info.major}{sys.version_info.minor}{threaded}"
+
+
+def current_environment() -> Environment:
+    """Facts about the running torch and Python. Imports torch (``import opkiln`` does anyway)."""
+    import torch
+
+    abi = getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", None)
+    return Environment(
+        torch_version=str(torch.__version__),
+        cuda=torch.version.cuda or None,
+        cxx11_abi=None if abi is None else bool(abi),
+        python_version=(sys.version_info.major, sys.version_info.minor),
+        python_tag=running_python_tag(),
+        extension_suffixes=tuple(EXTENSION_SUFFIXES),
+    )
+
+
+def skip_requested(environ: Mapping[str, str] | None = None) -> bool:
+    environ = os.environ if environ is None else environ
+    return environ.get(SKIP_ENV, "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+# What the wheel was built for, and what is installed ------------------------------------------
+
+def _abi_text(flag: bool | None) -> str:
+    return "unknown" if flag is None else ("on" if flag else "off")
+
+
+def is_stable(info: Mapping[str, Any]) -> bool:
+    return info.get("abi_mode") == "stable"
+
+
+def describe_build(info: Mapping[str, Any]) -> str:
+    if is_stable(info):
+        torch_part = f"torch >= {info.get('torch_min') or info.get('torch_major_minor')} (stable ABI)"
+    else:
+        torch_part = f"torch {info.get('torch_major_minor')}.x (built with {info.get('torch_version')})"
+    cuda = info.get("cuda")
+    kernels = f"CUDA {cuda} kernels ({info.get('cuda_tag')})" if cuda else "CPU kernels only (cpu)"
+    parts = [torch_part, kernels, f"Python {info.get('python_tag')}"]
+    if not is_stable(info):
+        parts.append(f"C++11 ABI {_abi_text(info.get('cxx11_abi'))}")
+    return ", ".join(parts) + f"  [opkiln {info.get('opkiln_version')}]"
+
+
+def describe_environment(env: Environment) -> str:
+    cuda = f"CUDA {env.cuda} ({env.cuda_tag})" if env.cuda else "CPU-only build (cpu)"
+    return (f"torch {env.torch_version}, {cuda}, Python {env.python_tag} "
+            f"({env.python_version[0]}.{env.python_version[1]}), C++11 ABI {_abi_text(env.cxx11_abi)}")
+
+
+# The fix --------------------------------------------------------------------------------------
+
+def index_base_url(info: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> str:
+    environ = os.environ if environ is None else environ
+    base = environ.get(INDEX_URL_ENV, "").strip() or str(info.get("index_url") or "") or DEFAULT_INDEX_URL
+    return base.rstrip("/")
+
+
+def index_page_url(info: Mapping[str, Any], env: Environment, environ: Mapping[str, str] | None = None) -> str:
+    """The index page for the installed torch: ``<base>/<cuda tag>/torch<major.minor>/index.html``."""
+    return f"{index_base_url(info, environ)}/{env.cuda_tag}/torch{env.torch_major_minor}/index.html"
+
+
+def install_command(info: Mapping[str, Any], env: Environment, environ: Mapping[str, str] | None = None) -> str:
+    # The uninstall matters: with any opkiln installed, a plain `pip install opkiln` is "already satisfied".
+    return f"pip uninstall -y opkiln && pip install opkiln -f {index_page_url(info, env, environ)}"
+
+
+def fix_reason(env: Environment) -> str:
+    kind = f"CUDA {env.cuda}" if env.cuda else "CPU"
+    return f"install the opkiln wheel built for your torch ({kind}, torch {env.torch_major_minor}), with this Python:"
+
+
+# The checks -----------------------------------------------------------------------------------
+
+def find_problems(info: Mapping[str, Any], env: Environment) -> list[str]:
+    """Every reason the wheel described by ``info`` cannot load here; empty when it can."""
+    problems: list[str] = []
+    problems.extend(_python_problems(info, env))
+    problems.extend(_torch_problems(info, env))
+    problems.extend(_cuda_problems(info, env))
+    if not is_stable(info):
+        built_abi = info.get("cxx11_abi")
+        if built_abi is not None and env.cxx11_abi is not None and bool(built_abi) != env.cxx11_abi:
+            problems.append(
+                f"the wheel was compiled with _GLIBCXX_USE_CXX11_ABI={int(bool(built_abi))} but the installed torch "
+                f"uses _GLIBCXX_USE_CXX11_ABI={int(env.cxx11_abi)}; their C++ symbols do not match")
+    return problems
+
+
+def _python_problems(info: Mapping[str, Any], env: Environment) -> list[str]:
+    tag = str(info.get("python_tag") or "")
+    if tag.endswith("-abi3"):
+        wanted = tag_python_version(tag.split("-")[0])
+        if wanted and env.python_version < wanted:
+            return [f"the wheel needs Python >= {'.'.join(map(str, wanted))} (abi3) but this is Python "
+                    f"{env.python_version[0]}.{env.python_version[1]}"]
+        if ".abi3.so" not in env.extension_suffixes:
+            return [f"the wheel is built for the stable Python ABI (abi3), which Python {env.python_tag} cannot load"]
+        return []
+    if tag and tag != env.python_tag:
+        return [f"the wheel's compiled library is for Python {tag} but this is Python {env.python_tag}, "
+                "so Python cannot even find it"]
+    suffix = str(info.get("extension_suffix") or "")
+    if suffix and f".{suffix}.so" not in env.extension_suffixes:
+        return [f"the wheel's compiled library has the suffix .{suffix}.so, which this Python does not load "
+                f"(it loads {', '.join(env.extension_suffixes)})"]
+    return []
+
+
+def _torch_problems(info: Mapping[str, Any], env: Environment) -> list[str]:
+    if is_stable(info):
+        minimum = str(info.get("torch_min") or info.get("torch_major_minor") or "")
+        if minimum and version_tuple(env.torch_version)[:2] < version_tuple(minimum)[:2]:
+            return [f"the wheel uses the LibTorch stable ABI from torch {minimum} on, but torch {env.torch_version} "
+                    "is installed"]
+        return []
+    built = str(info.get("torch_major_minor") or major_minor(str(info.get("torch_version") or "")))
+    if built and built != env.torch_major_minor:
+        return [f"the wheel was compiled against torch {built} (C++ ABI of that minor series) but torch "
+                f"{env.torch_version} is installed; torch's C++ symbols differ between minor series"]
+    return []
+
+
+def _cuda_problems(info: Mapping[str, Any], env: Environment) -> list[str]:
+    built = info.get("cuda")
+    if not built:
+        return []  # CPU kernels need no CUDA library, whatever torch has
+    if not env.cuda:
+        return [f"the wheel has CUDA {built} kernels and needs torch's CUDA libraries (libc10_cuda, libcudart), "
+                f"but torch {env.torch_version} is a CPU-only build"]
+    if cuda_major(str(built)) != cuda_major(env.cuda):
+        return [f"the wheel's kernels are built with CUDA {built} but torch {env.torch_version} uses CUDA {env.cuda}; "
+                "the CUDA major versions must match"]
+    return []
+
+
+def advisories(info: Mapping[str, Any], env: Environment) -> list[str]:
+    """Combinations that load and work, but probably not as the user meant (never raised on import)."""
+    notes: list[str] = []
+    if not info.get("cuda") and env.cuda:
+        notes.append(f"this opkiln has CPU kernels only, but torch {env.torch_version} has CUDA {env.cuda}: "
+                     "opkiln ops on CUDA tensors will fail")
+    return notes
+
+
+def environment_error(info: Mapping[str, Any], env: Environment, problems: list[str], headline: str,
+                      loader_error: str | None = None) -> OpkilnEnvironmentError:
+    return OpkilnEnvironmentError(
+        headline,
+        built_for=describe_build(info),
+        installed=describe_environment(env),
+        problems=problems,
+        fix=install_command(info, env),
+        fix_reason=fix_reason(env),
+        loader_error=loader_error,
+    )
+
+
+def check(info: Mapping[str, Any], env: Environment) -> None:
+    problems = find_problems(info, env)
+    if problems:
+        raise environment_error(info, env, problems,
+                                "opkiln cannot be imported: this opkiln wheel was built for a different environment.")
+
+
+# After a failed load --------------------------------------------------------------------------
+
+_MISSING_LIB_RE = re.compile(r"([\w.+-]+\.so(?:\.[\w.]+)?): cannot open shared object file")
+_UNDEFINED_RE = re.compile(r"undefined symbol: (\S+)")
+
+
+def compiled_libraries(package_dir: Path = PACKAGE_DIR) -> list[str]:
+    return sorted(p.name for p in package_dir.glob("_C.*") if p.suffix in {".so", ".pyd"} or ".so" in p.name)
+
+
+def explain_load_failure(exc: BaseException, info: Mapping[str, Any], env: Environment,
+                         package_dir: Path = PACKAGE_DIR) -> list[str]:
+    """One or more plain sentences for an exception raised while importing opkiln._C."""
+    text = str(exc)
+    if isinstance(exc, ModuleNotFoundError) and (exc.name or "").endswith("_C"):
+        found = compiled_libraries(package_dir)
+        if found:
+            return [f"opkiln's compiled library is there ({', '.join(found)}) but this Python "
+                    f"({env.python_tag}) cannot load a library with that name: it belongs to another Python"]
+        return [f"opkiln's compiled library (opkiln/_C.*.so) is missing from {package_dir}: the install is "
+                "incomplete or this is a source checkout"]
+    missing_lib = _MISSING_LIB_RE.search(text)
+    if missing_lib:
+        lib = missing_lib.group(1)
+        owner = "CUDA" if any(k in lib for k in ("cuda", "cudart", "nvrtc", "cublas", "cudnn")) else "torch"
+        return [f"the compiled library needs {lib}, which the installed torch does not provide ({owner} library "
+                "missing): it was built for another torch or CUDA variant"]
+    if _UNDEFINED_RE.search(text):
+        return ["the compiled library needs C++ symbols that the installed torch does not export: it was built "
+                "against a different torch (or C++ ABI)"]
+    return [f"the compiled library failed to load ({type(exc).__name__}); the files may be damaged or built "
+            "for another system"]
+
+
+def loader_error_text(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+# Tracebacks show the public name, under which users catch it.
+OpkilnEnvironmentError.__module__ = "opkiln"
