@@ -59,3 +59,37 @@ def cuda_wheel() -> Path:
     if not python.exists():
         pytest.skip(f"no CUDA wheel in dist/ and no {CU130_VENV} to build one (make wheels VARIANT=cu130)")
     return _build(python, "cuda", "opkiln-*+pt214cu130-*.whl")
+
+
+def _site_packages(venv: Path) -> Path:
+    return next((venv / "lib").glob("python3*/site-packages"))
+
+
+def make_venv(path: Path, torch: str) -> Path:
+    """A fresh venv at `path` with real torch; returns its python.
+
+    torch="2.13.0" pip-installs that CPU build from local disk (~30 s).
+    torch="2.14.1" reuses the CUDA build venv's torch through a .pth file
+    instead of reinstalling 3.7 GB: a fresh environment with the real torch.
+    """
+    subprocess.run([sys.executable, "-m", "venv", str(path)], check=True)
+    python = path / "bin" / "python"
+    if torch == "2.14.1":
+        if not CU130_VENV.exists():
+            pytest.skip(f"{CU130_VENV} is missing (make wheels VARIANT=cu130 creates it)")
+        (_site_packages(path) / "torch_from_build_venv.pth").write_text(str(_site_packages(CU130_VENV)) + "\n")
+    else:
+        subprocess.run([str(python), "-m", "pip", "install", "-q", f"torch=={torch}"], check=True)
+    return python
+
+
+@pytest.fixture(scope="session")
+def torch213_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Python of a fresh venv holding torch 2.13.0 (CPU) and nothing else."""
+    return make_venv(tmp_path_factory.mktemp("venv-torch213") / "venv", "2.13.0")
+
+
+@pytest.fixture(scope="session")
+def torch214_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Python of a fresh venv seeing torch 2.14.1+cu130 (from the CUDA build venv)."""
+    return make_venv(tmp_path_factory.mktemp("venv-torch214") / "venv", "2.14.1")

@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     source_dir = args.source_dir.resolve()
     schema_dir = source_dir / "ops" / ("stable" if args.abi_mode == "stable" else "torch")
     cuda_tag = "cpu" if not args.cuda else "cu" + args.cuda.replace(".", "")
-    archs = [a for a in args.cuda_archs.replace(" ", ";").split(";") if a]
+    archs = [a for a in re.split(r"[;, ]+", args.cuda_archs) if a]
     info = {
         "schema": BUILD_INFO_SCHEMA,
         "opkiln_version": args.version,
