@@ -1,0 +1,52 @@
+"""kiln index DIST_DIR OUT_DIR [--base-url URL]: publish audited wheels as a static pip-installable site."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+HELP = "write (or merge into) a static wheel index: find-links pages, flat pages, a simple index, a landing page"
+
+EPILOG = """\
+layout of OUT_DIR:
+  index.html                     landing page: chooser and coverage table
+  <cuda>/torch<X.Y>/index.html   pip install opkiln -f <url of this page>   (e.g. cu130/torch2.14/)
+  torch-<X.Y>.0+<cuda>.html      the same, flat (pip install opkiln -f <url>)
+  simple/<project>/index.html    PEP 503 simple index (pip install --index-url <url>/simple opkiln)
+  wheels/<wheel>[.metadata]      the wheels and their METADATA (PEP 658)
+  kiln-index.json                what is published, with sha256
+
+OUT_DIR is merged, never rewritten: published wheels stay; a wheel name already
+published with other bytes is refused. Every new wheel is audited first.
+exit codes: 0 ok, 1 refused (audit failed, or a published name with other bytes), 2 unusable input.
+"""
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = EPILOG
+    parser.add_argument("dist", metavar="DIST_DIR", type=Path, help="directory of wheels to publish (e.g. dist)")
+    parser.add_argument("out", metavar="OUT_DIR", type=Path, help="the site to create or merge into (e.g. site)")
+    parser.add_argument("--base-url", metavar="URL", default=None,
+                        help="public URL OUT_DIR is served at, for the commands on the landing page "
+                             "(kept for later runs; links between pages are relative either way)")
+
+
+def execute(args: argparse.Namespace) -> int:
+    from kiln_tool.index import KilnIndexError, build_index
+
+    try:
+        result = build_index(args.dist, args.out, args.base_url, log=print)
+    except KilnIndexError as exc:
+        print(f"kiln index: {exc}", file=sys.stderr)
+        print("kiln index: nothing written", file=sys.stderr)
+        return exc.exit_code
+    for wheel in result.added:
+        combos = ", ".join(c.page.removesuffix("index.html") for c in wheel.combos)
+        print(f"added {wheel.filename} -> {combos}")
+    for name in result.unchanged:
+        print(f"already published, same bytes: {name}")
+    print(f"{result.out}: {result.total} wheel(s) in {len(result.combos)} combination(s), "
+          f"{len(result.added)} new")
+    return 0
