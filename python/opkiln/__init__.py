@@ -9,15 +9,36 @@ skips the comparison). ``python -m opkiln doctor`` checks an environment.
 
 from __future__ import annotations
 
+import sys
+
 from ._build_info import build_info
-from ._loader import load_library
 from ._preflight import OpkilnEnvironmentError
 
-load_library()
+package_import_error: BaseException | None = None
+"""Set only under ``python -m opkiln``: what ``import opkiln`` raised, for doctor to report."""
 
-from . import ops  # noqa: E402 - ops registers fake/autograd impls on the loaded library
-from .ops import *  # noqa: E402, F403 - the public ops are listed in ops.__all__
 
-__version__: str = build_info()["opkiln_version"]
+def _doctor_requested() -> bool:
+    # While `python -m opkiln` locates opkiln/__main__.py, argv[0] is "-m" and this package is imported first.
+    argv = getattr(sys, "orig_argv", [])
+    if sys.argv[:1] != ["-m"] or "-m" not in argv:
+        return False
+    target = argv[argv.index("-m") + 1] if argv.index("-m") + 1 < len(argv) else ""
+    return target in ("opkiln", "opkiln.__main__")
 
-__all__ = ["OpkilnEnvironmentError", "__version__", "build_info", "ops", *ops.__all__]
+
+try:
+    from ._loader import load_library
+
+    load_library()
+except Exception as exc:
+    if not _doctor_requested():
+        raise
+    package_import_error = exc
+    __all__ = ["OpkilnEnvironmentError", "build_info"]
+else:
+    from . import ops
+    from .ops import *  # noqa: F403 - the public ops are listed in ops.__all__
+
+    __version__: str = build_info()["opkiln_version"]
+    __all__ = ["OpkilnEnvironmentError", "__version__", "build_info", "ops", *ops.__all__]
