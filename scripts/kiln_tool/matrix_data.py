@@ -14,6 +14,7 @@ and expands it into builds:
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import re
 from dataclasses import dataclass, replace
@@ -378,6 +379,17 @@ def build_jobs(matrix: Matrix, mode: str = "torch", platforms: tuple[str, ...] |
         for plat in names:
             jobs.append(MatrixJob("stable", build_torch.version, variant, plat, (stable.python,), tested))
     return jobs
+
+
+def select_jobs(jobs: list[MatrixJob], name: str | None = None, python: str | None = None) -> list[MatrixJob]:
+    """Jobs whose name matches the glob ``name``, narrowed to ``python`` (jobs without it drop out)."""
+    chosen = [job for job in jobs if name is None or fnmatch.fnmatchcase(job.name, name)]
+    if python is not None:
+        chosen = [replace(job, pythons=(python,)) for job in chosen if python in job.pythons]
+    if not chosen:
+        wanted = " and ".join(filter(None, (name and f"job {name!r}", python and f"Python {python}")))
+        raise MatrixError(f"no build job matches {wanted}; `kiln matrix` lists them")
+    return chosen
 
 
 def arch_list(matrix: Matrix, cuda: str, platform: str) -> tuple[str, ...]:

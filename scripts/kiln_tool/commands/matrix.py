@@ -24,6 +24,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                              "per CUDA variant and platform")
     parser.add_argument("--platform", action="append", dest="platforms", metavar="PLATFORM",
                         help="only this platform (x86_64, aarch64); may be repeated")
+    parser.add_argument("--job", metavar="GLOB", help="only jobs whose name matches GLOB (e.g. 'torch2.14-cu130-*')")
+    parser.add_argument("--python", metavar="X.Y", help="only this Python (jobs without it are left out)")
     parser.add_argument("--file", type=Path, default=None, help="read this matrix file instead of data/matrix.json")
 
 
@@ -46,6 +48,7 @@ def execute(args: argparse.Namespace) -> int:
         github_entry,
         github_matrix,
         load,
+        select_jobs,
     )
 
     try:
@@ -71,6 +74,8 @@ def execute(args: argparse.Namespace) -> int:
             return 0
         platforms = tuple(args.platforms) if args.platforms else None
         jobs = build_jobs(matrix, args.mode, platforms)
+        if args.job or args.python:
+            jobs = select_jobs(jobs, args.job, args.python)
     except MatrixError as exc:
         print(f"kiln matrix: {exc}", file=sys.stderr)
         return 2
