@@ -6,4 +6,10 @@
 
 TORCH_LIBRARY(opkiln, m) {
   m.def("weighted_sum(Tensor a, Tensor b, float alpha) -> Tensor");
+  // rms_norm is composite (it calls _rms_norm_forward); the two internal ops
+  // carry the fused kernels, fake impls and, for the forward, autograd.
+  m.def("rms_norm(Tensor x, Tensor weight, float eps) -> Tensor");
+  m.def("_rms_norm_forward(Tensor x, Tensor weight, float eps) -> (Tensor, Tensor)");
+  m.def("_rms_norm_backward(Tensor grad, Tensor x, Tensor weight, Tensor rstd) -> (Tensor, Tensor)");
+  m.def("nms(Tensor boxes, Tensor scores, float iou_threshold) -> Tensor");
 }

@@ -1,11 +1,34 @@
-"""Typed wrappers, fake (meta) implementations and autograd for the opkiln operators."""
+"""Typed wrappers, fake (meta) implementations and autograd for the opkiln operators.
+
+Operators (all in the ``torch.ops.opkiln`` namespace, schemas in ops/torch/schema.cpp):
+
+- ``weighted_sum(a, b, alpha)``: one fused kernel; autograd here.
+- ``rms_norm(x, weight, eps)``: CompositeImplicitAutograd in C++; it calls the
+  internal ``_rms_norm_forward`` (fused kernel returning ``(y, rstd)``), whose
+  autograd formula here calls the fused ``_rms_norm_backward``. Both internal
+  ops have fake impls, so opcheck, torch.compile and autograd all see real
+  kernels. Double backward is not supported.
+- ``nms(boxes, scores, iou_threshold)``: not differentiable; its fake impl has a
+  data-dependent output size. ``batched_nms`` is composed in Python.
+"""
 
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 from torch import Tensor
 
-__all__ = ["weighted_sum"]
+__all__ = ["batched_nms", "nms", "rms_norm", "weighted_sum"]
+
+_FLOAT_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+
+
+def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+# ---------------------------------------------------------------------------- weighted_sum
 
 
 def weighted_sum(a: Tensor, b: Tensor, alpha: float) -> Tensor:
@@ -40,3 +63,122 @@ def _weighted_sum_backward(ctx, grad):  # type: ignore[no-untyped-def]
 torch.library.register_autograd(
     "opkiln::weighted_sum", _weighted_sum_backward, setup_context=_weighted_sum_setup
 )
+
+
+# ---------------------------------------------------------------------------- rms_norm
+
+
+def rms_norm(x: Tensor, weight: Tensor, eps: float = 1e-6) -> Tensor:
+    """RMSNorm over the last dimension: ``x * rsqrt(mean(x**2, -1, keepdim=True) + eps) * weight``.
+
+    Shape rules: ``x`` has shape ``[..., C]`` (at least one dimension) and
+    ``weight`` shape ``[C]``; same dtype (float32, float64, float16 or
+    bfloat16) and device. Any strides are accepted; the result is contiguous
+    with the shape of ``x``. Sums are accumulated in float32 (float64 for
+    float64 inputs). ``eps`` must be finite and >= 0. Differentiable in ``x``
+    and ``weight`` (one fused backward kernel; no double backward).
+    """
+    return torch.ops.opkiln.rms_norm.default(x, weight, float(eps))
+
+
+def _check_rms_norm_args(x: Tensor, weight: Tensor, op: str) -> None:
+    torch._check(x.dim() >= 1, lambda: f"opkiln::{op}: x must have at least one dimension")
+    torch._check(weight.dim() == 1 and weight.shape[0] == x.shape[-1],
+                 lambda: f"opkiln::{op}: weight must be 1-D with x.shape[-1] elements, got {tuple(weight.shape)}")
+    torch._check(x.dtype == weight.dtype, lambda: f"opkiln::{op}: x is {x.dtype} but weight is {weight.dtype}")
+    torch._check(x.dtype in _FLOAT_DTYPES, lambda: f"opkiln::{op}: x must be a floating dtype, got {x.dtype}")
+    torch._check(x.device == weight.device,
+                 lambda: f"opkiln::{op}: x is on {x.device} but weight is on {weight.device}")
+
+
+@torch.library.register_fake("opkiln::_rms_norm_forward")
+def _rms_norm_forward_fake(x: Tensor, weight: Tensor, eps: float) -> tuple[Tensor, Tensor]:
+    _check_rms_norm_args(x, weight, "_rms_norm_forward")
+    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    rstd = torch.empty(x.shape[:-1], dtype=_acc_dtype(x.dtype), device=x.device)
+    return y, rstd
+
+
+@torch.library.register_fake("opkiln::_rms_norm_backward")
+def _rms_norm_backward_fake(grad: Tensor, x: Tensor, weight: Tensor, rstd: Tensor) -> tuple[Tensor, Tensor]:
+    _check_rms_norm_args(x, weight, "_rms_norm_backward")
+    torch._check(grad.shape == x.shape, lambda: "opkiln::_rms_norm_backward: grad must have the shape of x")
+    torch._check(rstd.shape == x.shape[:-1], lambda: "opkiln::_rms_norm_backward: rstd must have shape x.shape[:-1]")
+    dx = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    dw = torch.empty(weight.shape, dtype=weight.dtype, device=weight.device)
+    return dx, dw
+
+
+def _rms_norm_setup(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, Tensor]) -> None:
+    x, weight, _ = inputs
+    _, rstd = output
+    ctx.mark_non_differentiable(rstd)
+    ctx.save_for_backward(x, weight, rstd)
+
+
+def _rms_norm_backward(ctx: Any, grad_y: Tensor, grad_rstd: Tensor | None) -> tuple[Tensor | None, ...]:
+    x, weight, rstd = ctx.saved_tensors
+    need_x, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+    if not (need_x or need_w):
+        return None, None, None
+    grad_x, grad_w = torch.ops.opkiln._rms_norm_backward.default(grad_y, x, weight, rstd)
+    return (grad_x if need_x else None), (grad_w if need_w else None), None
+
+
+torch.library.register_autograd(
+    "opkiln::_rms_norm_forward", _rms_norm_backward, setup_context=_rms_norm_setup
+)
+
+
+# ---------------------------------------------------------------------------- nms
+
+
+def nms(boxes: Tensor, scores: Tensor, iou_threshold: float) -> Tensor:
+    """Greedy non-maximum suppression; the semantics of ``torchvision.ops.nms``.
+
+    Shape rules: ``boxes`` is ``[N, 4]`` as ``(x1, y1, x2, y2)``, ``scores`` is
+    ``[N]``; same dtype (float32, float64, float16 or bfloat16) and device; any
+    strides. Returns the int64 indices of the kept boxes, by decreasing score.
+    A box is suppressed when a kept box with a higher score overlaps it with
+    IoU strictly greater than ``iou_threshold`` (equal does not suppress).
+    Equal scores keep index order; NaN scores sort first. IoU is computed in
+    float32 for 16-bit inputs (so ``nms(b, s, t) == nms(b.float(), s.float(), t)``)
+    and float64 for float64. Not differentiable.
+    """
+    return torch.ops.opkiln.nms.default(boxes, scores, float(iou_threshold))
+
+
+@torch.library.register_fake("opkiln::nms")
+def _nms_fake(boxes: Tensor, scores: Tensor, iou_threshold: float) -> Tensor:
+    torch._check(boxes.dim() == 2 and boxes.shape[1] == 4,
+                 lambda: f"opkiln::nms: boxes must have shape [N, 4], got {tuple(boxes.shape)}")
+    torch._check(scores.dim() == 1 and scores.shape[0] == boxes.shape[0],
+                 lambda: f"opkiln::nms: scores must have shape [N] with N = boxes.shape[0], got {tuple(scores.shape)}")
+    torch._check(boxes.dtype == scores.dtype,
+                 lambda: f"opkiln::nms: boxes is {boxes.dtype} but scores is {scores.dtype}")
+    torch._check(boxes.device == scores.device,
+                 lambda: f"opkiln::nms: boxes is on {boxes.device} but scores is on {scores.device}")
+    kept = torch.library.get_ctx().new_dynamic_size()
+    torch._check(kept <= boxes.shape[0])
+    return boxes.new_empty((kept,), dtype=torch.int64)
+
+
+def batched_nms(boxes: Tensor, scores: Tensor, idxs: Tensor, iou_threshold: float) -> Tensor:
+    """NMS within each category: boxes with different ``idxs`` never suppress each other.
+
+    Shape rules: as :func:`nms`, plus ``idxs``: integer ``[N]`` category ids on
+    the same device. Returns kept indices by decreasing score. Uses
+    torchvision's coordinate-offset trick (each category's boxes are shifted
+    so categories cannot overlap), so very large coordinates lose precision as
+    they do in torchvision.
+    """
+    if idxs.dim() != 1 or idxs.shape[0] != boxes.shape[0]:
+        raise ValueError(f"opkiln.batched_nms: idxs must have shape [N] with N = boxes.shape[0] = "
+                         f"{boxes.shape[0]}, got {tuple(idxs.shape)}")
+    if idxs.dtype.is_floating_point or idxs.dtype.is_complex or idxs.dtype == torch.bool:
+        raise TypeError(f"opkiln.batched_nms: idxs must be an integer tensor, got {idxs.dtype}")
+    if boxes.numel() == 0:
+        return nms(boxes, scores, iou_threshold)
+    max_coordinate = boxes.max()
+    offsets = idxs.to(boxes) * (max_coordinate + torch.ones_like(max_coordinate))
+    return nms(boxes + offsets[:, None], scores, iou_threshold)
