@@ -1,0 +1,1 @@
+"""One module per concern; each check takes a LibraryContext (or an ArtifactContext) and returns CheckResults."""

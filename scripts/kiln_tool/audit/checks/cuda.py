@@ -1,0 +1,42 @@
+"""cuda-sass and cuda-ptx: the device code in `.nv_fatbin` covers the requested architectures."""
+
+from __future__ import annotations
+
+from .. import fatbin
+from ..context import LibraryContext
+from ..report import CheckResult, failed, passed
+
+
+def check_cuda(ctx: LibraryContext, data: bytes) -> tuple[list[CheckResult], fatbin.ArchManifest | None]:
+    """Both checks for a library that carries a fatbin; returns the manifest found for the report."""
+    try:
+        entries = list(fatbin.iter_entries(data))
+    except fatbin.FatbinError as exc:
+        detail = f"{ctx.member}: malformed .nv_fatbin ({exc}); the CUDA runtime cannot load its kernels."
+        fix = "rebuild: the section was damaged after nvcc wrote it (a bad strip or objcopy step?)."
+        return [failed("cuda-sass", detail, fix), failed("cuda-ptx", detail, fix)], None
+    found = fatbin.manifest(entries)
+    request = ctx.artifact.archs
+    if request is None:
+        note = f"found {found.describe()}; no arch list to compare (pass --cuda-archs or ship build info)"
+        return [passed("cuda-sass", note), passed("cuda-ptx", note)], found
+    results: list[CheckResult] = []
+    missing_sass = [a for a in request.sass if a not in found.sass]
+    if missing_sass:
+        results.append(failed(
+            "cuda-sass", f"{ctx.member} lacks SASS for {', '.join(a.sm for a in missing_sass)}: requested "
+            f"{request.describe()}; found {found.describe()}. Those GPUs would JIT from PTX at first use (or fail).",
+            "build with CMAKE_CUDA_ARCHITECTURES / OPKILN_CUDA_ARCHS covering every requested arch "
+            "(e.g. 80-real;90a-real;120), and check nvcc's -gencode flags are not overridden."))
+    else:
+        results.append(passed("cuda-sass", f"SASS for every requested arch; found {found.describe()}"))
+    missing_ptx = [a for a in request.ptx if a not in found.ptx]
+    if missing_ptx:
+        results.append(failed(
+            "cuda-ptx", f"{ctx.member} lacks PTX for {', '.join(a.compute for a in missing_ptx)}: requested "
+            f"{request.describe()}; found {found.describe()}. GPUs newer than the newest SASS cannot run it.",
+            "emit PTX for the newest arch (TORCH_CUDA_ARCH_LIST '...;12.0+PTX', CMake '120' instead of "
+            "'120-real', nvcc -gencode arch=compute_120,code=compute_120)."))
+    else:
+        results.append(passed("cuda-ptx", f"PTX for {', '.join(a.compute for a in request.ptx)}"))
+    return results, found

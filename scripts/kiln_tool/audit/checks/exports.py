@@ -1,0 +1,52 @@
+"""exports: a library exports nothing beyond what it must."""
+
+from __future__ import annotations
+
+import fnmatch
+
+from ..context import LibraryContext
+from ..elf import DynSymbol
+from ..report import CheckResult, failed, passed
+
+_EXPORTED_BINDS = {"STB_GLOBAL", "STB_WEAK", "STB_LOOS", "STB_GNU_UNIQUE"}
+_EXPORTED_VISIBILITY = {"STV_DEFAULT", "STV_PROTECTED"}
+
+
+def exported_symbols(ctx: LibraryContext) -> list[DynSymbol]:
+    version_names = set(ctx.lib.version_definitions.values())
+    return [s for s in ctx.lib.dynamic_symbols
+            if s.defined and s.bind in _EXPORTED_BINDS and s.visibility in _EXPORTED_VISIBILITY
+            and s.type not in ("STT_SECTION", "STT_FILE") and s.name not in version_names]
+
+
+def _sample(names: list[str], n: int = 6) -> str:
+    shown = ", ".join(names[:n])
+    return shown + (f" and {len(names) - n} more" if len(names) > n else "")
+
+
+def check_exports(ctx: LibraryContext) -> CheckResult:
+    exported = sorted({s.name for s in exported_symbols(ctx)})
+    module = ctx.extension_module
+    if module is not None:
+        init = f"PyInit_{module}"
+        extra = [n for n in exported if n != init]
+        problems = []
+        if init not in exported:
+            problems.append(f"does not export {init}, so `import` fails")
+        if extra:
+            problems.append(f"exports {len(extra)} symbol(s) besides {init}: {_sample(extra)}")
+        if problems:
+            return failed("exports", f"extension module {ctx.member} " + "; ".join(problems) + ".",
+                          f"build with -fvisibility=hidden -fvisibility-inlines-hidden, declare the init with "
+                          f"PyMODINIT_FUNC, and link with a version script exporting only {init} "
+                          "(global: PyInit_...; local: *;) plus -Wl,--exclude-libs,ALL.")
+        return passed("exports", f"exports only {init}")
+    allowed = ctx.artifact.resolver.policy.allowed_exports(ctx.member)
+    patterns = tuple(allowed or ()) + ctx.artifact.extra_exports
+    extra = [n for n in exported if not any(fnmatch.fnmatchcase(n, p) for p in patterns)]
+    if extra:
+        return failed("exports", f"library {ctx.member} exports {len(extra)} symbol(s) no allowlist covers: "
+                      f"{_sample(extra)}. Exported symbols collide with other libraries loaded into the process.",
+                      "hide them (-fvisibility=hidden, a version script, -Wl,--exclude-libs,ALL), or list the "
+                      "library's public API in the policy's \"exports\" (data/audit_policy/common.json).")
+    return passed("exports", f"{len(exported)} exported symbol(s), all allowed")

@@ -1,0 +1,82 @@
+"""registration: op libraries carry torch registration initializers; no op namespace twice in a wheel."""
+
+from __future__ import annotations
+
+import re
+
+from ..context import ArtifactContext, LibraryContext
+from ..report import CheckResult, failed, passed
+
+_TORCH_NEEDED = re.compile(r"^lib(torch|torch_cpu|c10)\.so$")
+# Static functions TORCH_LIBRARY / STABLE_TORCH_LIBRARY expand to (in .symtab when not stripped).
+_DEF_INIT = re.compile(r"^(?:_ZL\d+)?(?:STABLE_)?TORCH_LIBRARY_init_([A-Za-z_][A-Za-z0-9_]*?)(?:RN5torch7LibraryE.*|PF.*)?$")
+
+
+def registration_refs(ctx: LibraryContext) -> list[str]:
+    policy = ctx.artifact.resolver.policy
+    return [s.name for s in ctx.lib.dynamic_symbols if not s.defined and policy.is_registration_symbol(s.name)]
+
+
+def defined_namespaces(ctx: LibraryContext) -> set[str]:
+    """Op namespaces this library defines with TORCH_LIBRARY (not _IMPL).
+
+    Unstripped: from the TORCH_LIBRARY_init_<ns> functions. Stripped: from the build info's op
+    list: the library calls the registration API and holds the schema string "<op>(" that m.def
+    takes (the namespace string itself is often folded into immediate stores by the compiler).
+    """
+    namespaces = set()
+    for name in ctx.lib.static_symbol_names():
+        match = _DEF_INIT.match(name)
+        if match:
+            namespaces.add(match[1])
+    if namespaces or not registration_refs(ctx):
+        return namespaces
+    info = ctx.artifact.build_info or {}
+    for op in info.get("ops", []) if isinstance(info.get("ops"), list) else []:
+        namespace, _, name = str(op).partition("::")
+        if name and b"\0" + (name + "(").encode() in ctx.data:
+            namespaces.add(namespace)
+    return namespaces
+
+
+def check_library(ctx: LibraryContext) -> CheckResult | None:
+    """For libraries that link torch; None for the others."""
+    refs = registration_refs(ctx)
+    links_torch = any(_TORCH_NEEDED.match(n) for n in ctx.lib.needed)
+    if not refs:
+        return None if not links_torch else passed("registration", "links torch, registers no operators")
+    if ctx.lib.init_array_size == 0:
+        return failed("registration", f"{ctx.member} references torch's registration API ({refs[0]}) but has no "
+                      "initializers (DT_INIT_ARRAY empty): its TORCH_LIBRARY blocks never run, so its ops never appear.",
+                      "keep the static initializers: do not link the registration objects into a static archive that "
+                      "drops them, and do not build with -nostartfiles or a linker script that discards .init_array.")
+    return passed("registration", f"registration initializers present ({len(refs)} registration call(s))")
+
+
+def check_wheel(artifact: ArtifactContext) -> CheckResult | None:
+    """Across the libraries of one wheel: every namespace of the build info registered, none twice."""
+    owners: dict[str, list[str]] = {}
+    for lib in artifact.libraries:
+        for namespace in defined_namespaces(lib):
+            owners.setdefault(namespace, []).append(lib.member)
+    problems: list[str] = []
+    for namespace, libs in sorted(owners.items()):
+        if len(libs) > 1:
+            problems.append(f"namespace '{namespace}' is defined (TORCH_LIBRARY) by {len(libs)} libraries: "
+                            f"{', '.join(libs)}; the second import fails with \"Only a single TORCH_LIBRARY can be "
+                            f"used to register the namespace {namespace}\"")
+    info = artifact.build_info or {}
+    ops = info.get("ops") if isinstance(info.get("ops"), list) else []
+    expected = sorted({str(op).partition("::")[0] for op in ops or [] if "::" in str(op)})
+    for namespace in expected:
+        if namespace not in owners:
+            problems.append(f"the build info lists ops of namespace '{namespace}' but no library in the wheel "
+                            "registers them")
+    if problems:
+        return failed("registration", "; ".join(problems) + ".",
+                      "define each namespace with exactly one TORCH_LIBRARY (other files use TORCH_LIBRARY_IMPL or "
+                      "TORCH_LIBRARY_FRAGMENT), and link the registration sources into the extension the build info "
+                      "describes.")
+    if not owners and not expected:
+        return None
+    return passed("registration", "namespaces: " + ", ".join(f"{ns} ({libs[0]})" for ns, libs in sorted(owners.items())))

@@ -1,0 +1,104 @@
+"""undefined-symbols and symbol-versions: what the library needs from others, and from the system."""
+
+from __future__ import annotations
+
+import re
+
+from ..context import LibraryContext
+from ..elf import DynSymbol, ElfLibrary
+from ..policy import parse_version
+from ..report import CheckResult, failed, passed
+from ..resolve import Location
+
+_TORCH_LIBS = re.compile(r"^lib(torch|c10|caffe2|shm)[a-z0-9_]*\.so")
+_VERSION_RE = re.compile(r"^([A-Z]+)_(.+)$")
+_MAX_SHOWN = 8
+
+
+def _sample(items: list[str]) -> str:
+    return ", ".join(items[:_MAX_SHOWN]) + (f" and {len(items) - _MAX_SHOWN} more" if len(items) > _MAX_SHOWN else "")
+
+
+def _provides(lib: ElfLibrary, symbol: DynSymbol) -> bool:
+    for definition in lib.definitions(symbol.name):
+        if symbol.version is None:
+            if not definition.version_hidden:
+                return True
+        elif definition.version == symbol.version:
+            return True
+    return False
+
+
+def _torch_hint(ctx: LibraryContext) -> str:
+    torch = ctx.artifact.torch
+    if torch is None:
+        return f" No target torch was found ({ctx.artifact.torch_problem})."
+    return f" Target torch: {torch.version} at {torch.lib_dir}."
+
+
+def check_undefined_symbols(ctx: LibraryContext) -> CheckResult:
+    lib = ctx.lib
+    resolver = ctx.artifact.resolver
+    problems: list[str] = []
+    missing_libs: list[str] = []
+    for name in lib.needed:
+        if resolver.find(name, ctx.location, lib) is None:
+            missing_libs.append(name)
+    if missing_libs:
+        problems.append(f"needed libraries not found in the installed layout: {_sample(missing_libs)}")
+    stray = sorted(set(lib.version_needs) - set(lib.needed))
+    if stray:
+        problems.append(f"version needs name libraries missing from DT_NEEDED: {', '.join(stray)}")
+
+    scope: list[tuple[str, Location, ElfLibrary]] | None = None
+    unresolved: list[str] = []
+    for symbol in lib.dynamic_symbols:
+        if symbol.defined or symbol.bind == "STB_WEAK":
+            continue
+        if ctx.loaded_by_python and resolver.policy.provided_by_interpreter(symbol.name):
+            continue
+        if scope is None:
+            scope = list(resolver.scope(ctx.location, lib))
+        preferred = [s for s in scope if symbol.version_file and s[0] == symbol.version_file]
+        if any(_provides(dep, symbol) for _, _, dep in preferred or scope):
+            continue
+        unresolved.append(symbol.display())
+    if unresolved:
+        problems.append(f"{len(unresolved)} undefined symbol(s) no needed library provides: {_sample(unresolved)}")
+    if problems:
+        torch_related = any(_TORCH_LIBS.match(n) for n in missing_libs) or any(
+            s.startswith(("_ZN3c10", "_ZNK3c10", "_ZN2at", "_ZNK2at", "_ZN5torch", "_ZNK5torch")) for s in unresolved)
+        hint = _torch_hint(ctx) if torch_related else ""
+        return failed("undefined-symbols", f"{ctx.member}: " + "; ".join(problems) + "." + hint,
+                      "link every library whose symbols you use (and nothing else) with $ORIGIN-relative RUNPATHs; "
+                      "build against exactly the torch the wheel pins (a symbol missing from it means another torch "
+                      "version's headers); pass --torch-lib DIR to audit against another torch.")
+    return passed("undefined-symbols", f"all {len(lib.needed)} needed libraries found, every symbol resolved")
+
+
+def check_symbol_versions(ctx: LibraryContext) -> CheckResult:
+    policy = ctx.artifact.policy
+    ceilings = policy.ceilings(ctx.artifact.arch)
+    too_new: list[str] = []
+    for file, versions in sorted(ctx.lib.version_needs.items()):
+        for version in versions:
+            match = _VERSION_RE.match(version)
+            if match is None or match[1] not in ceilings:
+                continue
+            namespace, number = match[1], match[2]
+            ceiling = ceilings[namespace]
+            if number in ceiling.also:
+                continue
+            parsed = parse_version(number)
+            if parsed is not None and ceiling.max is not None and parsed <= ceiling.max:
+                continue
+            users = sorted({s.name for s in ctx.lib.dynamic_symbols if not s.defined and s.version == version})
+            limit = ".".join(map(str, ceiling.max)) if ceiling.max else "none"
+            too_new.append(f"{version} from {file} (newest allowed {namespace}_{limit}; used by {_sample(users)})")
+    if too_new:
+        return failed("symbol-versions", f"{ctx.member} needs symbol versions newer than {policy.name} allows "
+                      f"({ctx.artifact.policy_reason}): " + "; ".join(too_new) + ".",
+                      f"build in a {policy.name} image (e.g. quay.io/pypa/{policy.name}_{ctx.artifact.arch}) with "
+                      "its own compiler, so the binary only needs what that glibc/libstdc++ provides; or tag the "
+                      "wheel for the newer platform with auditwheel repair.")
+    return passed("symbol-versions", f"within {policy.name} ({ctx.artifact.policy_reason})")

@@ -1,0 +1,199 @@
+"""wheel-tag and record: the wheel's name, metadata and RECORD agree with what it holds."""
+
+from __future__ import annotations
+
+import base64
+import csv
+import hashlib
+import io
+import re
+
+from ..context import ArtifactContext
+from ..inputs import Wheel
+from ..policy import glibc_of_policy_name, manylinux_policy_of_tag
+from ..report import CheckResult, failed, passed
+from ..target import torch_requirement
+
+_CPYTHON_SUFFIX = re.compile(r"\.cpython-(\d)(\d+)[a-z]*-(\w+?)-linux-gnu\.so$")
+_CUDART = re.compile(r"^libcudart(?:\.[0-9a-f]{8})?\.so\.(\d+)")
+_LOCAL_RE = re.compile(r"^pt(\d)(\d+)(cpu|cu\d+)$")
+_RECORD_ALGORITHMS = {"sha256", "sha384", "sha512"}
+
+
+def _expanded_tags(wheel: Wheel) -> set[str]:
+    n = wheel.name
+    return {f"{p}-{a}-{t}" for p in n.python_tags for a in n.abi_tags for t in n.platform_tags}
+
+
+def _cudart_majors(artifact: ArtifactContext) -> set[int]:
+    majors = set()
+    for lib in artifact.libraries:
+        for needed in lib.lib.needed:
+            match = _CUDART.match(needed)
+            if match:
+                majors.add(int(match[1]))
+    return majors
+
+
+def check_wheel_tag(artifact: ArtifactContext) -> CheckResult:
+    wheel = artifact.wheel
+    assert wheel is not None
+    problems: list[str] = []
+    notes: list[str] = []
+    declared = {t.strip() for t in wheel.wheel_file().get("Tag", [])}
+    if not declared:
+        problems.append("the dist-info WHEEL file is missing or has no Tag lines")
+    elif declared != _expanded_tags(wheel):
+        problems.append(f"WHEEL declares tags {', '.join(sorted(declared))} but the file name says "
+                        f"{', '.join(sorted(_expanded_tags(wheel)))}")
+
+    # Python/ABI tags against the extension suffixes.
+    for lib in artifact.libraries:
+        match = _CPYTHON_SUFFIX.search(lib.member)
+        if match:
+            tag = f"cp{match[1]}{match[2]}"
+            if tag not in wheel.name.python_tags or tag not in wheel.name.abi_tags:
+                problems.append(f"{lib.member} is built for {tag} but the wheel is tagged "
+                                f"{'.'.join(wheel.name.python_tags)}-{'.'.join(wheel.name.abi_tags)}")
+            if not any(t.endswith(match[3]) for t in wheel.name.platform_tags):
+                problems.append(f"{lib.member} is built for {match[3]}, the platform tag says "
+                                f"{'.'.join(wheel.name.platform_tags)}")
+        elif lib.member.endswith(".abi3.so") and "abi3" not in wheel.name.abi_tags:
+            problems.append(f"{lib.member} is a stable-ABI (abi3) module but the ABI tag is "
+                            f"{'.'.join(wheel.name.abi_tags)}")
+
+    # Build info, local version and the CUDA runtime the binaries need.
+    info = artifact.build_info
+    cudart = _cudart_majors(artifact)
+    version = wheel.name.version
+    local = version.split("+", 1)[1] if "+" in version else None
+    if info is not None:
+        if info.get("opkiln_version") not in (None, version):
+            problems.append(f"build info says version {info.get('opkiln_version')}, the wheel {version}")
+        python_tag = info.get("python_tag")
+        if python_tag and python_tag.split("-")[0] not in wheel.name.python_tags:
+            problems.append(f"build info says {python_tag}, the wheel is tagged {'.'.join(wheel.name.python_tags)}")
+        cuda = info.get("cuda")
+        torch_version = str(info.get("torch_version", ""))
+        if local is not None:
+            match = _LOCAL_RE.match(local)
+            expected = f"pt{torch_version.split('.')[0]}{torch_version.split('.')[1] if '.' in torch_version else ''}" \
+                       f"{info.get('cuda_tag', 'cpu')}"
+            if match is None or local != expected:
+                problems.append(f"local version '+{local}' does not name the build's torch and CUDA ('+{expected}')")
+        if cuda is None and cudart:
+            problems.append(f"a CPU build (build info cuda: null) whose binaries need libcudart.so.{min(cudart)}")
+        if cuda is not None:
+            major = int(str(cuda).split(".")[0])
+            if cudart and cudart != {major}:
+                problems.append(f"built for CUDA {cuda} but the binaries need libcudart.so."
+                                f"{','.join(map(str, sorted(cudart)))}")
+    if artifact.torch is not None and "+cu" in artifact.torch.version and cudart:
+        torch_cuda_major = int(artifact.torch.version.split("+cu")[1][:-1] or 0)
+        if cudart != {torch_cuda_major}:
+            problems.append(f"the binaries need libcudart.so.{','.join(map(str, sorted(cudart)))} but torch "
+                            f"{artifact.torch.version} ships CUDA {torch_cuda_major}")
+
+    # The torch pin.
+    requirement = torch_requirement(wheel.metadata().get("Requires-Dist", []))
+    if info is not None and info.get("torch_version"):
+        build_torch = str(info["torch_version"]).split("+")[0]
+        if requirement is None:
+            problems.append(f"METADATA has no torch requirement, but the binaries only work with torch {build_torch}")
+        else:
+            problems += _pin_problems(requirement, build_torch, str(info.get("abi_mode", "torch")))
+
+    # The platform floor.
+    floor_source = "the policy asked for"
+    floor = glibc_of_policy_name(artifact.base_policy.name)
+    if artifact.torch is not None:
+        torch_floors = [manylinux_policy_of_tag(t) for t in artifact.torch.platform_tags()]
+        glibcs = [glibc_of_policy_name(p[0]) for p in torch_floors if p]
+        if glibcs and all(glibcs):
+            floor = min(g for g in glibcs if g)
+            floor_source = f"torch {artifact.torch.version}'s own wheel"
+    for tag in wheel.name.platform_tags:
+        claim = manylinux_policy_of_tag(tag)
+        if claim is None:
+            notes.append(f"platform tag {tag} makes no manylinux claim (auditwheel repair assigns one)")
+            continue
+        glibc = glibc_of_policy_name(claim[0])
+        if floor is not None and glibc is not None and glibc < floor:
+            problems.append(f"platform tag {tag} is below manylinux_{floor[0]}_{floor[1]}, the floor of "
+                            f"{floor_source}: pip would install it where torch itself cannot run")
+    if problems:
+        return failed("wheel-tag", f"{wheel.path.name}: " + "; ".join(problems) + ".",
+                      "let the build name the wheel (scikit-build-core tags from the interpreter, the version's local "
+                      "part and torch pin come from the torch built against), repair with auditwheel using "
+                      "--plat at or above torch's manylinux floor, and never rename wheel files by hand.")
+    return passed("wheel-tag", "tags, version, torch pin and binaries agree" + (f" ({'; '.join(notes)})" if notes else ""))
+
+
+def _pin_problems(requirement: str, build_torch: str, abi_mode: str) -> list[str]:
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+    from packaging.version import Version
+
+    try:
+        spec = SpecifierSet(requirement)
+    except InvalidSpecifier:
+        return [f"torch requirement '{requirement}' does not parse"]
+    built = Version(build_torch)
+    problems = []
+    if not spec.contains(built, prereleases=True):
+        problems.append(f"torch requirement 'torch{requirement}' excludes torch {build_torch}, the build's torch")
+    if abi_mode != "stable":
+        newer = Version(f"{built.major}.{built.minor + 1}.0")
+        older = Version(f"{built.major}.{built.minor - 1}.0") if built.minor else None
+        leaks = [str(v) for v in (older, newer) if v is not None and spec.contains(v, prereleases=True)]
+        if leaks:
+            problems.append(f"torch requirement 'torch{requirement}' allows torch {', '.join(leaks)}, whose C++ ABI "
+                            f"differs from {build_torch}'s (pin {built.major}.{built.minor}.*)")
+    return problems
+
+
+def check_record(wheel: Wheel) -> CheckResult:
+    dist_info = wheel.dist_info
+    record_name = f"{dist_info}/RECORD" if dist_info else None
+    if record_name is None or record_name not in wheel.infos:
+        return failed("record", f"{wheel.path.name} has no {dist_info or '<name>.dist-info'}/RECORD.",
+                      "build the wheel with a PEP 517 backend, which writes RECORD; never edit a wheel by hand.")
+    problems: list[str] = []
+    listed: dict[str, tuple[str, str]] = {}
+    try:
+        rows = list(csv.reader(io.StringIO(wheel.read(record_name).decode("utf-8"))))
+    except (UnicodeDecodeError, csv.Error) as exc:
+        return failed("record", f"{record_name} is not a readable CSV file ({exc}).",
+                      "rebuild the wheel; RECORD is written by the build backend.")
+    for row in rows:
+        if not row:
+            continue
+        if len(row) != 3:
+            problems.append(f"malformed RECORD row {row!r}")
+            continue
+        listed[row[0]] = (row[1], row[2])
+    signatures = {f"{dist_info}/RECORD", f"{dist_info}/RECORD.jws", f"{dist_info}/RECORD.p7s"}
+    for member in sorted(wheel.infos):
+        if member.endswith("/") or member in signatures:
+            continue
+        if member not in listed:
+            problems.append(f"{member} is not in RECORD")
+            continue
+        hash_field, size_field = listed[member]
+        algorithm, _, expected = hash_field.partition("=")
+        if algorithm not in _RECORD_ALGORITHMS or not expected:
+            problems.append(f"{member}: hash '{hash_field}' is not sha256/384/512")
+            continue
+        data = wheel.read(member)
+        digest = base64.urlsafe_b64encode(hashlib.new(algorithm, data).digest()).rstrip(b"=").decode()
+        if digest != expected:
+            problems.append(f"{member}: {algorithm} {digest} differs from RECORD's {expected}")
+        if size_field and size_field != str(len(data)):
+            problems.append(f"{member}: {len(data)} bytes, RECORD says {size_field}")
+    for member in sorted(set(listed) - set(wheel.infos) - signatures):
+        problems.append(f"RECORD lists {member}, which the wheel does not hold")
+    if problems:
+        shown = "; ".join(problems[:6]) + (f"; and {len(problems) - 6} more" if len(problems) > 6 else "")
+        return failed("record", f"{record_name}: {shown}. pip refuses (or silently installs) a wheel whose files do "
+                      "not match RECORD.", "rewrite RECORD after changing files (auditwheel repair and `wheel pack` do "
+                      "this); never edit a wheel with a zip tool.")
+    return passed("record", f"{len(listed)} RECORD entries match")

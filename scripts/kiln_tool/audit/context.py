@@ -1,0 +1,66 @@
+"""What every check sees: the artifact (wheel or loose file) and one library in it."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import PurePosixPath
+from typing import Any
+
+from .archs import ArchRequest
+from .elf import ElfLibrary
+from .inputs import Wheel
+from .policy import Policy
+from .resolve import Location, Resolver
+from .target import TorchTarget
+
+_EXTENSION_RE = re.compile(r"^(?P<module>[A-Za-z_][A-Za-z0-9_]*)(?P<suffix>\.[A-Za-z0-9_-]+)?\.so$")
+
+
+@dataclass
+class ArtifactContext:
+    label: str
+    wheel: Wheel | None
+    build_info: dict[str, Any] | None
+    policy: Policy  # the symbol-version policy this artifact is held to
+    policy_reason: str
+    base_policy: Policy  # the policy asked for (AuditOptions.policy)
+    arch: str
+    torch: TorchTarget | None
+    torch_problem: str  # why no torch was found, when none was
+    archs: ArchRequest | None
+    resolver: Resolver
+    extra_exports: tuple[str, ...] = ()
+    libraries: list[LibraryContext] = field(default_factory=list)
+
+
+@dataclass
+class LibraryContext:
+    member: str
+    location: Location
+    lib: ElfLibrary
+    data: bytes
+    artifact: ArtifactContext
+
+    @property
+    def filename(self) -> str:
+        return PurePosixPath(self.member).name
+
+    @property
+    def extension_module(self) -> str | None:
+        """The Python module name when this library is an extension module, else None."""
+        match = _EXTENSION_RE.match(self.filename)
+        if match is None:
+            return None
+        module = match["module"]
+        suffix = match["suffix"] or ""
+        if suffix.startswith((".cpython-", ".abi3", ".cp3", ".pypy")):
+            return module
+        if any(s.defined and s.name == f"PyInit_{module}" for s in self.lib.dynamic_symbols):
+            return module
+        return None
+
+    @property
+    def loaded_by_python(self) -> bool:
+        """Loaded into a Python process, whose interpreter provides the Py* symbols."""
+        return self.artifact.wheel is not None or self.extension_module is not None

@@ -1,0 +1,353 @@
+"""Small ELF helpers over pyelftools: what the checks need to know about one shared object.
+
+`ElfLibrary` is read lazily: the audited libraries are read in full, while the big libraries
+they resolve against (libtorch_cpu.so has 75k dynamic symbols) are only asked for single
+symbols through their GNU hash table.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import IO, Any
+
+from elftools.common.exceptions import ELFError
+from elftools.elf.constants import SH_FLAGS
+from elftools.elf.elffile import ELFFile
+from elftools.elf.hash import GNUHashSection
+
+ELF_MAGIC = b"\x7fELF"
+
+# platform tag / uname machine -> (ELF class, e_machine)
+MACHINES: dict[str, tuple[int, str]] = {
+    "x86_64": (64, "EM_X86_64"),
+    "aarch64": (64, "EM_AARCH64"),
+    "ppc64le": (64, "EM_PPC64"),
+    "s390x": (64, "EM_S390"),
+    "i686": (32, "EM_386"),
+}
+
+_DF_TEXTREL = 0x4
+_PF_X = 0x1
+_VERSYM_HIDDEN = 0x8000
+
+
+class ElfInvalid(ValueError):
+    """Not a complete ELF shared object of the expected kind; the message says why."""
+
+
+@dataclass(frozen=True)
+class DynSymbol:
+    """One .dynsym entry with its GNU symbol version."""
+
+    name: str
+    defined: bool
+    bind: str  # STB_GLOBAL, STB_WEAK, STB_GNU_UNIQUE, STB_LOCAL
+    type: str  # STT_FUNC, STT_OBJECT, ...
+    visibility: str  # STV_DEFAULT, STV_PROTECTED, ...
+    version: str | None  # GLIBC_2.17; None when unversioned
+    version_file: str | None  # for undefined symbols: the library the version need names
+    version_hidden: bool = False
+
+    def display(self) -> str:
+        return f"{self.name}@{self.version}" if self.version else self.name
+
+
+def _check_bounds(elf: ELFFile, size: int) -> None:
+    header = elf.header
+    if header["e_phoff"] + header["e_phnum"] * header["e_phentsize"] > size:
+        raise ElfInvalid(f"truncated: program headers end past the file's {size} bytes")
+    if header["e_shnum"] and header["e_shoff"] + header["e_shnum"] * header["e_shentsize"] > size:
+        raise ElfInvalid(f"truncated: section headers end past the file's {size} bytes")
+    for segment in elf.iter_segments():
+        if segment["p_offset"] + segment["p_filesz"] > size:
+            raise ElfInvalid(f"truncated: segment {segment['p_type']} ends at "
+                             f"{segment['p_offset'] + segment['p_filesz']}, past the file's {size} bytes")
+    for section in elf.iter_sections():
+        if section["sh_type"] != "SHT_NOBITS" and section["sh_offset"] + section["sh_size"] > size:
+            raise ElfInvalid(f"truncated: section {section.name or '#?'} ends at "
+                             f"{section['sh_offset'] + section['sh_size']}, past the file's {size} bytes")
+
+
+class ElfLibrary:
+    """A shared object opened for reading. `where` names it in messages."""
+
+    def __init__(self, stream: IO[bytes], size: int, where: str, *, expect_machine: str | None = None) -> None:
+        self.where = where
+        self.size = size
+        self._stream = stream
+        if size == 0:
+            raise ElfInvalid("empty file (0 bytes)")
+        stream.seek(0)
+        magic = stream.read(4)
+        if magic != ELF_MAGIC:
+            raise ElfInvalid(f"not an ELF file (starts with {magic!r})")
+        try:
+            self.elf = ELFFile(stream)
+            _check_bounds(self.elf, size)
+            elf_type = self.elf.header["e_type"]
+            self.elfclass = self.elf.elfclass
+            self.machine = str(self.elf.header["e_machine"])
+        except ElfInvalid:
+            raise
+        except (ELFError, struct.error, ValueError, KeyError, OSError, EOFError) as exc:
+            raise ElfInvalid(f"corrupt or truncated ELF: {exc}") from exc
+        if elf_type != "ET_DYN":
+            raise ElfInvalid(f"an ELF of type {elf_type}, not a shared object (ET_DYN)")
+        if expect_machine is not None:
+            want_class, want_machine = MACHINES.get(expect_machine, (64, "?"))
+            if (self.elfclass, self.machine) != (want_class, want_machine):
+                raise ElfInvalid(f"foreign ELF: {self.elfclass}-bit {self.machine}, expected {want_class}-bit "
+                                 f"{want_machine} for {expect_machine}")
+        if self.elf.get_section_by_name(".dynamic") is None and self._dynamic_segment() is None:
+            raise ElfInvalid("no dynamic section: not a loadable shared object")
+
+    @classmethod
+    def from_bytes(cls, data: bytes, where: str, *, expect_machine: str | None = None) -> ElfLibrary:
+        return cls(io.BytesIO(data), len(data), where, expect_machine=expect_machine)
+
+    @classmethod
+    def open(cls, path: Path, *, expect_machine: str | None = None) -> ElfLibrary:
+        stream = path.open("rb")
+        try:
+            return cls(stream, path.stat().st_size, str(path), expect_machine=expect_machine)
+        except BaseException:
+            stream.close()
+            raise
+
+    def close(self) -> None:
+        self._stream.close()
+
+    # -- dynamic section -------------------------------------------------------------------
+
+    def _dynamic_segment(self) -> Any:
+        for segment in self.elf.iter_segments():
+            if segment["p_type"] == "PT_DYNAMIC":
+                return segment
+        return None
+
+    @cached_property
+    def _dynamic_tags(self) -> list[tuple[str, Any]]:
+        dynamic = self.elf.get_section_by_name(".dynamic") or self._dynamic_segment()
+        tags: list[tuple[str, Any]] = []
+        for tag in dynamic.iter_tags():
+            kind = tag.entry.d_tag
+            if kind == "DT_NULL":
+                break
+            if kind == "DT_NEEDED":
+                tags.append((kind, tag.needed))
+            elif kind == "DT_RPATH":
+                tags.append((kind, tag.rpath))
+            elif kind == "DT_RUNPATH":
+                tags.append((kind, tag.runpath))
+            elif kind == "DT_SONAME":
+                tags.append((kind, tag.soname))
+            else:
+                tags.append((str(kind), tag.entry.d_val))
+        return tags
+
+    def _tag_values(self, kind: str) -> list[Any]:
+        return [value for tag, value in self._dynamic_tags if tag == kind]
+
+    @property
+    def needed(self) -> list[str]:
+        return list(self._tag_values("DT_NEEDED"))
+
+    @property
+    def soname(self) -> str | None:
+        names = self._tag_values("DT_SONAME")
+        return str(names[0]) if names else None
+
+    @property
+    def rpath(self) -> list[str] | None:
+        """DT_RPATH entries split at ":", or None when there is no DT_RPATH."""
+        values = self._tag_values("DT_RPATH")
+        return None if not values else [e for v in values for e in str(v).split(":")]
+
+    @property
+    def runpath(self) -> list[str] | None:
+        values = self._tag_values("DT_RUNPATH")
+        return None if not values else [e for v in values for e in str(v).split(":")]
+
+    @property
+    def has_textrel(self) -> bool:
+        if self._tag_values("DT_TEXTREL"):
+            return True
+        return any(int(flags) & _DF_TEXTREL for flags in self._tag_values("DT_FLAGS"))
+
+    @property
+    def init_array_size(self) -> int:
+        return sum(int(v) for v in self._tag_values("DT_INIT_ARRAYSZ"))
+
+    @property
+    def stack_flags(self) -> int | None:
+        """p_flags of PT_GNU_STACK, or None when the segment is missing."""
+        for segment in self.elf.iter_segments():
+            if segment["p_type"] == "PT_GNU_STACK":
+                return int(segment["p_flags"])
+        return None
+
+    @property
+    def executable_stack(self) -> bool:
+        flags = self.stack_flags
+        # Without PT_GNU_STACK the loader assumes an executable stack.
+        return flags is None or bool(flags & _PF_X)
+
+    # -- symbols and versions --------------------------------------------------------------
+
+    def _section_of_type(self, sh_type: str) -> Any:
+        for section in self.elf.iter_sections():
+            if section["sh_type"] == sh_type:
+                return section
+        return None
+
+    @cached_property
+    def _dynsym(self) -> Any:
+        return self._section_of_type("SHT_DYNSYM")
+
+    @cached_property
+    def _versym(self) -> Any:
+        return self._section_of_type("SHT_GNU_versym")
+
+    @cached_property
+    def _verneed_by_index(self) -> dict[int, tuple[str, str]]:
+        """version index -> (file, version name) of the version needs."""
+        section = self._section_of_type("SHT_GNU_verneed")
+        result: dict[int, tuple[str, str]] = {}
+        if section is None:
+            return result
+        for verneed, auxiliaries in section.iter_versions():
+            for aux in auxiliaries:
+                result[int(aux["vna_other"])] = (str(verneed.name), str(aux.name))
+        return result
+
+    @cached_property
+    def version_definitions(self) -> dict[int, str]:
+        """version index -> version name of the versions this library defines."""
+        section = self._section_of_type("SHT_GNU_verdef")
+        result: dict[int, str] = {}
+        if section is None:
+            return result
+        for verdef, auxiliaries in section.iter_versions():
+            names = [str(aux.name) for aux in auxiliaries]
+            if names:
+                result[int(verdef["vd_ndx"])] = names[0]
+        return result
+
+    @property
+    def version_needs(self) -> dict[str, list[str]]:
+        """file -> version names needed from it (e.g. libc.so.6 -> [GLIBC_2.14, ...])."""
+        result: dict[str, list[str]] = {}
+        for file, name in self._verneed_by_index.values():
+            result.setdefault(file, []).append(name)
+        return result
+
+    def _version_of(self, index: int, defined: bool) -> tuple[str | None, str | None, bool]:
+        if self._versym is None:
+            return None, None, False
+        ndx_field = self._versym.get_symbol(index)["ndx"]
+        if not isinstance(ndx_field, int):  # VER_NDX_LOCAL / VER_NDX_GLOBAL
+            return None, None, False
+        raw = ndx_field
+        hidden = bool(raw & _VERSYM_HIDDEN)
+        ndx = raw & ~_VERSYM_HIDDEN
+        if ndx <= 1:
+            return None, None, hidden
+        if defined:
+            return self.version_definitions.get(ndx), None, hidden
+        file_version = self._verneed_by_index.get(ndx)
+        if file_version is None:
+            return None, None, hidden
+        return file_version[1], file_version[0], hidden
+
+    def _symbol(self, index: int, symbol: Any) -> DynSymbol:
+        defined = symbol["st_shndx"] != "SHN_UNDEF"
+        version, version_file, hidden = self._version_of(index, defined)
+        return DynSymbol(name=str(symbol.name), defined=defined, bind=str(symbol["st_info"]["bind"]),
+                         type=str(symbol["st_info"]["type"]), visibility=str(symbol["st_other"]["visibility"]),
+                         version=version, version_file=version_file, version_hidden=hidden)
+
+    @cached_property
+    def dynamic_symbols(self) -> list[DynSymbol]:
+        """Every named .dynsym entry (read in full: use for the audited libraries only)."""
+        if self._dynsym is None:
+            return []
+        return [self._symbol(i, s) for i, s in enumerate(self._dynsym.iter_symbols()) if s.name]
+
+    @cached_property
+    def _gnu_hash(self) -> GNUHashSection | None:
+        section = self._section_of_type("SHT_GNU_HASH")
+        return section if isinstance(section, GNUHashSection) else None
+
+    @cached_property
+    def _definitions_by_name(self) -> dict[str, list[DynSymbol]]:
+        table: dict[str, list[DynSymbol]] = {}
+        for symbol in self.dynamic_symbols:
+            if symbol.defined:
+                table.setdefault(symbol.name, []).append(symbol)
+        return table
+
+    def _hash_chain(self, name: str) -> Iterator[int]:
+        """Indices of the .dynsym entries in `name`'s GNU hash chain (ld.so's own lookup path)."""
+        table = self._gnu_hash
+        assert table is not None
+        params = table.params
+        namehash = table.gnu_hash(name)
+        if not params["nbuckets"] or not table._matches_bloom(namehash):
+            return
+        index = int(params["buckets"][namehash % params["nbuckets"]])
+        if index < params["symoffset"]:
+            return
+        word = table._wordsize
+        chain = table["sh_offset"] + 4 * word + params["bloom_size"] * table._xwordsize + params["nbuckets"] * word
+        fmt = "<I" if self.elf.little_endian else ">I"
+        while True:
+            self._stream.seek(chain + (index - params["symoffset"]) * word)
+            value = struct.unpack(fmt, self._stream.read(word))[0]
+            if value | 1 == namehash | 1:
+                yield index
+            if value & 1:
+                return
+            index += 1
+
+    def definitions(self, name: str) -> list[DynSymbol]:
+        """The dynamic symbols this library defines under `name` (one per version)."""
+        if self._gnu_hash is None or self._dynsym is None:
+            return self._definitions_by_name.get(name, [])
+        found: list[DynSymbol] = []
+        for index in self._hash_chain(name):
+            raw = self._dynsym.get_symbol(index)
+            if raw.name == name and raw["st_shndx"] != "SHN_UNDEF":
+                found.append(self._symbol(index, raw))
+        return found
+
+    # -- contents --------------------------------------------------------------------------
+
+    def section_data(self, name: str) -> bytes | None:
+        section = self.elf.get_section_by_name(name)
+        if section is None or section["sh_type"] == "SHT_NOBITS":
+            return None
+        return bytes(section.data())
+
+    @property
+    def section_names(self) -> list[str]:
+        return [s.name for s in self.elf.iter_sections()]
+
+    def static_symbol_names(self) -> list[str]:
+        """Names in .symtab (empty for stripped libraries)."""
+        section = self._section_of_type("SHT_SYMTAB")
+        return [] if section is None else [str(s.name) for s in section.iter_symbols() if s.name]
+
+    def allocated_sections(self) -> Iterator[tuple[str, int, int]]:
+        """(name, offset, size) of the sections with file contents."""
+        for section in self.elf.iter_sections():
+            if section["sh_type"] != "SHT_NOBITS" and section["sh_size"]:
+                yield section.name, int(section["sh_offset"]), int(section["sh_size"])
+
+    def is_allocated(self, name: str) -> bool:
+        section = self.elf.get_section_by_name(name)
+        return section is not None and bool(section["sh_flags"] & SH_FLAGS.SHF_ALLOC)

@@ -1,0 +1,253 @@
+"""audit_paths: open each artifact, run every check on every shared library, collect a report."""
+
+from __future__ import annotations
+
+import platform
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+from . import inputs
+from .archs import parse_arch_list
+from .checks import abi, build_paths, cuda, exports, hardening, registration, symbols, wheel
+from .context import ArtifactContext, LibraryContext
+from .elf import ElfInvalid, ElfLibrary
+from .errors import AuditInputError
+from .policy import (
+    DEFAULT_POLICY,
+    Policy,
+    available_policies,
+    glibc_of_policy_name,
+    load_policy,
+    manylinux_policy_of_tag,
+)
+from .report import ArtifactReport, AuditReport, CheckResult, LibraryReport, failed, passed
+from .resolve import Location, Resolver
+from .target import find_torch, from_torch_lib, torch_requirement
+
+
+@dataclass(frozen=True)
+class AuditOptions:
+    """How to audit. torch_lib: the target torch's lib dir (default: from the build info or the wheel's torch
+    pin); cuda_archs: TORCH_CUDA_ARCH_LIST syntax (default: the build info's); policy: the manylinux policy for
+    artifacts whose tag makes no manylinux claim, and the platform floor when torch's own is unknown."""
+
+    torch_lib: Path | None = None
+    cuda_archs: str | None = None
+    policy: str = DEFAULT_POLICY
+    extra_exports: tuple[str, ...] = ()
+
+
+def _host_arch() -> str:
+    machine = platform.machine()
+    return {"amd64": "x86_64", "arm64": "aarch64"}.get(machine.lower(), machine)
+
+
+def _policy_for_claim(name: str) -> Policy:
+    """The policy file for a manylinux claim, or the newest one at or below it."""
+    if name in available_policies():
+        return load_policy(name)
+    wanted = glibc_of_policy_name(name)
+    below = [(g, p) for p in available_policies() if (g := glibc_of_policy_name(p)) and wanted and g <= wanted]
+    if not below:
+        raise AuditInputError(f"no audit policy at or below {name} (known: {', '.join(available_policies())})")
+    return load_policy(max(below)[1])
+
+
+@cache
+def _torch_cxx11_abi(lib_dir: Path) -> bool | None:
+    try:
+        libc10 = ElfLibrary.open(lib_dir / "libc10.so")
+    except (ElfInvalid, OSError):
+        return None
+    try:
+        names = [s.name for s in libc10.dynamic_symbols if s.defined]
+    finally:
+        libc10.close()
+    if any("__cxx11" in n for n in names):
+        return True
+    return False if any("basic_string" in n or "Ss" in n for n in names) else None
+
+
+def _cxx11_target(artifact: ArtifactContext) -> tuple[bool | None, str]:
+    info = artifact.build_info
+    if info is not None and isinstance(info.get("cxx11_abi"), bool):
+        return bool(info["cxx11_abi"]), "build info"
+    if artifact.torch is not None:
+        return _torch_cxx11_abi(artifact.torch.lib_dir), f"torch {artifact.torch.version}'s libc10.so"
+    return None, artifact.torch_problem or "no target torch"
+
+
+def _check_library(ctx: LibraryContext, report: LibraryReport) -> None:
+    checks = report.checks
+    checks.append(hardening.check_textrel(ctx))
+    checks.append(hardening.check_exec_stack(ctx))
+    checks.append(exports.check_exports(ctx))
+    checks.append(hardening.check_rpath(ctx))
+    checks.append(build_paths.check_build_paths(ctx))
+    checks.append(symbols.check_undefined_symbols(ctx))
+    checks.append(symbols.check_symbol_versions(ctx))
+    target_abi, source = _cxx11_target(ctx.artifact)
+    checks.append(abi.check_cxx11_abi(ctx, target_abi, source))
+    fatbin_data = ctx.lib.section_data(".nv_fatbin")
+    if fatbin_data is not None:
+        results, manifest = cuda.check_cuda(ctx, fatbin_data)
+        checks.extend(results)
+        if manifest is not None:
+            report.cuda_manifest = manifest.to_json()
+    registered = registration.check_library(ctx)
+    if registered is not None:
+        checks.append(registered)
+
+
+def _elf_valid(report: LibraryReport, exc: ElfInvalid, member: str) -> None:
+    report.checks.append(failed("elf-valid", f"{member}: {exc}.",
+                                "ship only complete shared objects built for the wheel's platform; rebuild, and check "
+                                "no step (strip, copy, download) truncated or replaced the file."))
+
+
+def _audit_libraries(artifact: ArtifactContext, members: list[tuple[str, Location, bytes]],
+                     opened: dict[str, ElfLibrary], report: ArtifactReport) -> None:
+    for member, location, data in members:
+        lib_report = LibraryReport(path=member)
+        report.libraries.append(lib_report)
+        try:
+            lib = ElfLibrary.from_bytes(data, member, expect_machine=artifact.arch)
+        except ElfInvalid as exc:
+            _elf_valid(lib_report, exc, member)
+            continue
+        opened[member] = lib
+        lib_report.checks.append(_passed_elf(lib))
+        ctx = LibraryContext(member=member, location=location, lib=lib, data=data, artifact=artifact)
+        artifact.libraries.append(ctx)
+        _check_library(ctx, lib_report)
+
+
+def _passed_elf(lib: ElfLibrary) -> CheckResult:
+    return passed("elf-valid", f"{lib.elfclass}-bit {lib.machine} shared object, {lib.size} bytes")
+
+
+def _target_summary(artifact: ArtifactContext) -> dict[str, object]:
+    return {
+        "policy": f"{artifact.policy.name} ({artifact.policy_reason})",
+        "torch": f"{artifact.torch.version} at {artifact.torch.lib_dir} ({artifact.torch.source})"
+        if artifact.torch else f"not found: {artifact.torch_problem}",
+        "cuda_archs": artifact.archs.describe() if artifact.archs else None,
+    }
+
+
+class _Auditor:
+    def __init__(self, options: AuditOptions) -> None:
+        self.options = options
+        self.base = load_policy(options.policy)
+        self.archs = parse_arch_list(options.cuda_archs, "--cuda-archs") if options.cuda_archs else None
+        self.torch = from_torch_lib(Path(options.torch_lib)) if options.torch_lib else None
+
+    def audit_wheel(self, path: Path) -> ArtifactReport:
+        whl = inputs.open_wheel(path, self.base.limits)
+        resolver: Resolver | None = None
+        try:
+            platform_tags = whl.name.platform_tags
+            claims = [c for t in platform_tags if (c := manylinux_policy_of_tag(t))]
+            arch = next((c[1] for c in claims), None)
+            if arch is None:
+                arch = next((t.split("_", 1)[1] for t in platform_tags if t.startswith("linux_")), _host_arch())
+            if claims:
+                lowest = min(claims, key=lambda c: glibc_of_policy_name(c[0]) or (0, 0))
+                policy = _policy_for_claim(lowest[0])
+                reason = f"the wheel's tag {lowest[0]}_{lowest[1]}"
+            else:
+                policy, reason = self.base, f"--policy; tag {'.'.join(platform_tags)} claims no manylinux policy"
+            info = whl.build_info()
+            torch, problem = self.torch, ""
+            if torch is None:
+                requirement = torch_requirement(whl.metadata().get("Requires-Dist", []))
+                torch_version = str(info["torch_version"]) if info and info.get("torch_version") else None
+                torch, problem = find_torch(torch_version, requirement)
+                if torch is None:
+                    problem += "; pass --torch-lib DIR"
+            archs = self.archs
+            if archs is None and info and info.get("cuda_archs"):
+                archs = parse_arch_list(list(info["cuda_archs"]), "build info cuda_archs")
+            opened: dict[str, ElfLibrary] = {}
+
+            def open_member(member: str) -> ElfLibrary:
+                if member not in opened:
+                    opened[member] = ElfLibrary.from_bytes(whl.read(member), member, expect_machine=arch)
+                return opened[member]
+
+            resolver = Resolver(set(whl.infos), open_member, torch, policy, arch)
+            artifact = ArtifactContext(label=str(path), wheel=whl, build_info=info, policy=policy,
+                                       policy_reason=reason, base_policy=self.base, arch=arch, torch=torch,
+                                       torch_problem=problem, archs=archs, resolver=resolver,
+                                       extra_exports=self.options.extra_exports)
+            report = ArtifactReport(path=str(path), kind="wheel", target=_target_summary(artifact))
+            members = [(m, Location(member=m), whl.read(m)) for m in whl.libraries()]
+            _audit_libraries(artifact, members, opened, report)
+            self._wheel_checks(artifact, report)
+            return report
+        finally:
+            if resolver is not None:
+                resolver.close()
+            whl.close()
+
+    def _wheel_checks(self, artifact: ArtifactContext, report: ArtifactReport) -> None:
+        assert artifact.wheel is not None
+        registered = registration.check_wheel(artifact)
+        if registered is not None:
+            report.checks.append(registered)
+        if artifact.archs is not None and artifact.build_info and artifact.build_info.get("cuda") and not any(
+                lib.cuda_manifest is not None for lib in report.libraries):
+            report.checks.append(failed(
+                "cuda-sass", f"the build info says CUDA {artifact.build_info.get('cuda')} with archs "
+                f"{artifact.archs.describe()}, but no library in the wheel carries device code (.nv_fatbin).",
+                "check that the CUDA sources were compiled into the extension (OPKILN_VARIANT=cuda)."))
+        report.checks.append(wheel.check_wheel_tag(artifact))
+        report.checks.append(wheel.check_record(artifact.wheel))
+
+    def audit_library(self, path: Path) -> ArtifactReport:
+        arch = _host_arch()
+        torch = self.torch
+        problem = "" if torch else "a loose library has no build info: pass --torch-lib DIR"
+        location = Location(path=path.resolve())
+        opened: dict[str, ElfLibrary] = {}
+
+        def open_member(member: str) -> ElfLibrary:
+            raise KeyError(member)
+
+        resolver = Resolver(set(), open_member, torch, self.base, arch)
+        artifact = ArtifactContext(label=str(path), wheel=None, build_info=None, policy=self.base,
+                                   policy_reason="--policy", base_policy=self.base, arch=arch, torch=torch,
+                                   torch_problem=problem, archs=self.archs, resolver=resolver,
+                                   extra_exports=self.options.extra_exports)
+        report = ArtifactReport(path=str(path), kind="library", target=_target_summary(artifact))
+        try:
+            _audit_libraries(artifact, [(str(path), location, path.read_bytes())], opened, report)
+        finally:
+            resolver.close()
+        return report
+
+
+def _classify(path: Path, auditor: _Auditor) -> str:
+    inputs.check_input_path(path, auditor.base.limits)
+    if path.suffix == ".whl":
+        return "wheel"
+    if inputs.is_zip(path):
+        raise AuditInputError(f"{path}: a zip archive that is not named like a wheel (*.whl)")
+    if path.stat().st_size == 0 or inputs.is_elf(path):
+        return "library"
+    raise AuditInputError(f"{path}: not an ELF file (and not a wheel); pass wheels or shared libraries")
+
+
+def audit_paths(paths: list[Path], options: AuditOptions | None = None) -> AuditReport:
+    """Audit wheels and loose shared libraries. Raises AuditInputError for input that cannot be audited."""
+    options = options or AuditOptions()
+    if not paths:
+        raise AuditInputError("nothing to audit: pass at least one wheel or shared library")
+    auditor = _Auditor(options)
+    kinds = [(Path(p), _classify(Path(p), auditor)) for p in paths]
+    report = AuditReport()
+    for path, kind in kinds:
+        report.artifacts.append(auditor.audit_wheel(path) if kind == "wheel" else auditor.audit_library(path))
+    return report
+

@@ -1,0 +1,183 @@
+"""Open what the user asked to audit, refusing anything unsafe or unusable (AuditInputError, exit 2)."""
+
+from __future__ import annotations
+
+import json
+import re
+import stat
+import zipfile
+from dataclasses import dataclass, field
+from email.parser import HeaderParser
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from .elf import ELF_MAGIC
+from .errors import AuditInputError
+from .policy import Limits
+
+_WHEEL_NAME_RE = re.compile(
+    r"^(?P<name>[^-]+)-(?P<version>[^-]+)(?:-(?P<build>\d[^-]*))?-(?P<py>[^-]+)-(?P<abi>[^-]+)-(?P<plat>[^-]+)\.whl$")
+_SO_RE = re.compile(r"\.so(\.[0-9A-Za-z_]+)*$")
+
+
+def is_shared_library_name(name: str) -> bool:
+    return bool(_SO_RE.search(PurePosixPath(name).name))
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
+
+
+def check_input_path(path: Path, limits: Limits) -> None:
+    if path.is_symlink():
+        raise AuditInputError(f"{path}: is a symbolic link (to {path.readlink()}); audit the file itself, "
+                              "so the report names what is shipped")
+    if not path.exists():
+        raise AuditInputError(f"{path}: no such file")
+    if path.is_dir():
+        raise AuditInputError(f"{path}: is a directory; pass wheel (.whl) or shared library (.so) files")
+    if not path.is_file():
+        raise AuditInputError(f"{path}: not a regular file")
+    size = path.stat().st_size
+    if size > limits.max_file_bytes:
+        raise AuditInputError(f"{path}: {_gib(size)} is larger than the audit's limit of "
+                              f"{_gib(limits.max_file_bytes)}; no wheel or library of ours is that big")
+
+
+def is_zip(path: Path) -> bool:
+    with path.open("rb") as f:
+        return f.read(4) == b"PK\x03\x04"
+
+
+def is_elf(path: Path) -> bool:
+    with path.open("rb") as f:
+        head = f.read(4)
+    return head == ELF_MAGIC
+
+
+@dataclass(frozen=True)
+class WheelName:
+    name: str
+    version: str
+    build: str | None
+    python_tags: tuple[str, ...]
+    abi_tags: tuple[str, ...]
+    platform_tags: tuple[str, ...]
+
+    @classmethod
+    def parse(cls, filename: str) -> WheelName:
+        match = _WHEEL_NAME_RE.match(filename)
+        if match is None:
+            raise AuditInputError(f"{filename}: not a wheel file name (name-version-python-abi-platform.whl)")
+        return cls(match["name"], match["version"], match["build"], tuple(match["py"].split(".")),
+                   tuple(match["abi"].split(".")), tuple(match["plat"].split(".")))
+
+
+@dataclass
+class Wheel:
+    """A wheel opened for auditing; members are read once and kept."""
+
+    path: Path
+    name: WheelName
+    zf: zipfile.ZipFile
+    infos: dict[str, zipfile.ZipInfo]
+    _data: dict[str, bytes] = field(default_factory=dict)
+
+    def read(self, member: str) -> bytes:
+        if member not in self._data:
+            try:
+                self._data[member] = self.zf.read(self.infos[member])
+            except (zipfile.BadZipFile, OSError, EOFError, RuntimeError) as exc:
+                raise AuditInputError(f"{self.path}: cannot read {member}: {exc}") from exc
+        return self._data[member]
+
+    def close(self) -> None:
+        self.zf.close()
+        self._data.clear()
+
+    @property
+    def dist_info(self) -> str | None:
+        dirs = {m.split("/", 1)[0] for m in self.infos if m.split("/", 1)[0].endswith(".dist-info")}
+        return sorted(dirs)[0] if len(dirs) == 1 else None
+
+    def text(self, member: str) -> str | None:
+        if member not in self.infos:
+            return None
+        return self.read(member).decode("utf-8", errors="replace")
+
+    def wheel_file(self) -> dict[str, list[str]]:
+        text = self.text(f"{self.dist_info}/WHEEL") if self.dist_info else None
+        if text is None:
+            return {}
+        message = HeaderParser().parsestr(text)
+        return {key: message.get_all(key) or [] for key in set(message.keys())}
+
+    def metadata(self) -> dict[str, list[str]]:
+        text = self.text(f"{self.dist_info}/METADATA") if self.dist_info else None
+        if text is None:
+            return {}
+        message = HeaderParser().parsestr(text)
+        return {key: message.get_all(key) or [] for key in set(message.keys())}
+
+    def build_info(self) -> dict[str, Any] | None:
+        candidates = sorted(m for m in self.infos if m.endswith("/_build_info.json") and m.count("/") == 1)
+        if not candidates:
+            return None
+        try:
+            data = json.loads(self.read(candidates[0]))
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return None
+        return data if isinstance(data, dict) else None
+
+    def libraries(self) -> list[str]:
+        return sorted(m for m in self.infos if is_shared_library_name(m) and not m.endswith("/"))
+
+
+def open_wheel(path: Path, limits: Limits) -> Wheel:
+    name = WheelName.parse(path.name)
+    if not is_zip(path):
+        raise AuditInputError(f"{path}: not a zip archive, so not a wheel")
+    try:
+        zf = zipfile.ZipFile(path)
+        infos_list = zf.infolist()
+    except (zipfile.BadZipFile, OSError, EOFError) as exc:
+        raise AuditInputError(f"{path}: a broken zip archive ({exc})") from exc
+    try:
+        infos = _validate_members(path, infos_list, limits)
+    except AuditInputError:
+        zf.close()
+        raise
+    return Wheel(path=path, name=name, zf=zf, infos=infos)
+
+
+def _validate_members(path: Path, infos_list: list[zipfile.ZipInfo], limits: Limits) -> dict[str, zipfile.ZipInfo]:
+    if len(infos_list) > limits.max_wheel_members:
+        raise AuditInputError(f"{path}: {len(infos_list)} members, more than the limit of {limits.max_wheel_members}")
+    infos: dict[str, zipfile.ZipInfo] = {}
+    total = 0
+    for info in infos_list:
+        member = info.filename
+        pure = PurePosixPath(member)
+        if member.startswith("/") or ".." in pure.parts or "\\" in member or "\0" in member:
+            raise AuditInputError(f"{path}: member '{member}' would be installed outside site-packages")
+        if member in infos:
+            raise AuditInputError(f"{path}: member '{member}' appears twice")
+        mode = info.external_attr >> 16
+        if stat.S_ISLNK(mode):
+            raise AuditInputError(f"{path}: member '{member}' is a symbolic link; wheels cannot carry links "
+                                  "(pip would install it as a file holding the link target)")
+        if info.is_dir():
+            continue
+        if info.file_size > limits.max_file_bytes:
+            raise AuditInputError(f"{path}: member '{member}' unpacks to {_gib(info.file_size)}, more than the "
+                                  f"limit of {_gib(limits.max_file_bytes)}")
+        if info.file_size > limits.ratio_applies_above_bytes and \
+                info.file_size > limits.max_compression_ratio * max(info.compress_size, 1):
+            raise AuditInputError(f"{path}: member '{member}' unpacks {info.compress_size} bytes to "
+                                  f"{info.file_size} (ratio {info.file_size / max(info.compress_size, 1):.0f}:1, "
+                                  f"limit {limits.max_compression_ratio:.0f}:1): a zip bomb, not a wheel")
+        total += info.file_size
+        infos[member] = info
+    if total > limits.max_total_bytes:
+        raise AuditInputError(f"{path}: unpacks to {_gib(total)}, more than the limit of {_gib(limits.max_total_bytes)}")
+    return infos

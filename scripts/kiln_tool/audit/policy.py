@@ -1,0 +1,152 @@
+"""Audit policies: JSON data in data/audit_policy/, one file per manylinux policy.
+
+A policy file names its symbol-version ceilings per processor and extends common.json, which
+holds what all policies share (system libraries, export allowlist, build-path markers, limits).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .errors import AuditInputError
+
+POLICY_DIR = Path(__file__).resolve().parents[3] / "data" / "audit_policy"
+DEFAULT_POLICY = "manylinux_2_28"
+_NAME_RE = re.compile(r"^[a-z0-9_]+$")
+_MANYLINUX_RE = re.compile(r"^manylinux_(\d+)_(\d+)_(\w+)$")
+_LEGACY_TAGS = {"manylinux1": "manylinux_2_5", "manylinux2010": "manylinux_2_12", "manylinux2014": "manylinux_2_17"}
+
+
+@dataclass(frozen=True)
+class VersionCeiling:
+    max: tuple[int, ...] | None
+    also: frozenset[str]
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_file_bytes: int
+    max_wheel_members: int
+    max_total_bytes: int
+    max_compression_ratio: float
+    ratio_applies_above_bytes: int
+
+
+@dataclass(frozen=True)
+class ExportRule:
+    library: str
+    symbols: tuple[str, ...]
+    why: str
+
+
+@dataclass(frozen=True)
+class Policy:
+    name: str
+    glibc: tuple[int, int]
+    symbol_versions: dict[str, dict[str, VersionCeiling]]  # arch -> namespace (GLIBC, ...) -> ceiling
+    system_libraries: frozenset[str]
+    system_library_dirs: dict[str, tuple[str, ...]]
+    interpreter_symbols: tuple[str, ...]
+    exports: tuple[ExportRule, ...]
+    build_path_markers: tuple[bytes, ...]
+    torch_registration_symbols: tuple[str, ...]
+    limits: Limits
+
+    def ceilings(self, arch: str) -> dict[str, VersionCeiling]:
+        if arch not in self.symbol_versions:
+            raise AuditInputError(f"policy {self.name} has no symbol versions for {arch}")
+        return self.symbol_versions[arch]
+
+    def allowed_exports(self, member: str) -> tuple[str, ...] | None:
+        """Symbol globs a non-extension library at `member` may export; None when no rule matches."""
+        for rule in self.exports:
+            if fnmatch.fnmatchcase(member, rule.library):
+                return rule.symbols
+        return None
+
+    def provided_by_interpreter(self, symbol: str) -> bool:
+        return any(fnmatch.fnmatchcase(symbol, pattern) for pattern in self.interpreter_symbols)
+
+    def is_registration_symbol(self, symbol: str) -> bool:
+        return any(fnmatch.fnmatchcase(symbol, pattern) for pattern in self.torch_registration_symbols)
+
+
+def parse_version(text: str) -> tuple[int, ...] | None:
+    return tuple(int(p) for p in text.split(".")) if re.fullmatch(r"\d+(\.\d+)*", text) else None
+
+
+def available_policies() -> list[str]:
+    return sorted(p.stem for p in POLICY_DIR.glob("*.json") if p.stem != "common")
+
+
+def _read(name: str) -> dict[str, Any]:
+    if not _NAME_RE.match(name):
+        raise AuditInputError(f"'{name}' is not a policy name (known: {', '.join(available_policies())})")
+    path = POLICY_DIR / f"{name}.json"
+    if not path.is_file():
+        raise AuditInputError(f"no audit policy '{name}' in {POLICY_DIR} (known: {', '.join(available_policies())})")
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise AuditInputError(f"{path}: not a readable JSON policy: {exc}") from exc
+    if not isinstance(data, dict) or data.get("name") != name:
+        raise AuditInputError(f"{path}: a policy file must be an object whose name is '{name}'")
+    base = data.pop("extends", None)
+    if base is not None:
+        merged = _read(str(base))
+        merged.update(data)
+        return merged
+    return data
+
+
+_CACHE: dict[str, Policy] = {}
+
+
+def load_policy(name: str) -> Policy:
+    """Load data/audit_policy/<name>.json (with what it extends); AuditInputError when unusable."""
+    if name in _CACHE:
+        return _CACHE[name]
+    data = _read(name)
+    try:
+        versions = {
+            arch: {ns: VersionCeiling(parse_version(c["max"]) if c.get("max") else None, frozenset(c.get("also", ())))
+                   for ns, c in table.items()}
+            for arch, table in data["symbol_versions"].items()
+        }
+        policy = Policy(
+            name=name,
+            glibc=(int(data["glibc"][0]), int(data["glibc"][1])),
+            symbol_versions=versions,
+            system_libraries=frozenset(data["system_libraries"]),
+            system_library_dirs={k: tuple(v) for k, v in data["system_library_dirs"].items()},
+            interpreter_symbols=tuple(data["interpreter_symbols"]),
+            exports=tuple(ExportRule(r["library"], tuple(r["symbols"]), r.get("why", "")) for r in data["exports"]),
+            build_path_markers=tuple(m.encode() for m in data["build_path_markers"]),
+            torch_registration_symbols=tuple(data["torch_registration_symbols"]),
+            limits=Limits(**data["limits"]),
+        )
+    except (KeyError, TypeError, ValueError, IndexError) as exc:
+        raise AuditInputError(f"audit policy '{name}' is malformed: {exc!r}") from exc
+    _CACHE[name] = policy
+    return policy
+
+
+def manylinux_policy_of_tag(platform_tag: str) -> tuple[str, str] | None:
+    """'manylinux_2_34_x86_64' -> ('manylinux_2_34', 'x86_64'); None for tags that make no manylinux claim."""
+    for legacy, modern in _LEGACY_TAGS.items():
+        if platform_tag.startswith(legacy + "_"):
+            return modern, platform_tag[len(legacy) + 1:]
+    match = _MANYLINUX_RE.match(platform_tag)
+    if match is None:
+        return None
+    return f"manylinux_{match[1]}_{match[2]}", match[3]
+
+
+def glibc_of_policy_name(name: str) -> tuple[int, int] | None:
+    match = re.fullmatch(r"manylinux_(\d+)_(\d+)", name)
+    return (int(match[1]), int(match[2])) if match else None

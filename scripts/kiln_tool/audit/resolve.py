@@ -1,0 +1,145 @@
+"""Find the libraries a shared object needs, as ld.so would in the installed layout. Statically:
+libraries are read with pyelftools, never loaded.
+
+The installed layout is site-packages holding the wheel's files over the target torch's
+site-packages (torch/lib, nvidia/*/lib). Search order per DT_NEEDED name: DT_RPATH (only when
+there is no DT_RUNPATH), DT_RUNPATH with $ORIGIN expanded, the libraries `import torch` has
+already loaded (torch/lib, matched by name as ld.so matches loaded sonames), then the policy's
+system libraries in the host's system directories. A name outside the policy's system list is
+never taken from the host.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from .elf import ElfInvalid, ElfLibrary
+from .policy import Policy
+from .target import TorchTarget
+
+SITE = "/site-packages"
+
+
+@dataclass(frozen=True)
+class Location:
+    """Where a library lives: a member of the audited wheel, or a file on this machine."""
+
+    member: str | None = None
+    path: Path | None = None
+
+    def describe(self) -> str:
+        return f"{self.member} (in the wheel)" if self.member is not None else str(self.path)
+
+    @property
+    def origin(self) -> str:
+        """$ORIGIN: the directory holding the library (wheel members under the virtual /site-packages)."""
+        if self.member is not None:
+            return posixpath.dirname(posixpath.join(SITE, self.member))
+        assert self.path is not None
+        return str(self.path.parent)
+
+
+@dataclass(frozen=True)
+class Found:
+    location: Location
+    via: str  # "RUNPATH $ORIGIN/../torch/lib", "torch lib", "system"
+
+
+def _expand(entry: str, origin: str) -> str | None:
+    if "$ORIGIN" not in entry and "${ORIGIN}" not in entry:
+        return entry if entry.startswith("/") else None
+    return posixpath.normpath(entry.replace("${ORIGIN}", "$ORIGIN").replace("$ORIGIN", origin))
+
+
+class Resolver:
+    """Resolves DT_NEEDED names and keeps every library it opened (close() when done)."""
+
+    def __init__(self, members: set[str], open_member: Callable[[str], ElfLibrary], torch: TorchTarget | None,
+                 policy: Policy, arch: str) -> None:
+        self._members = members
+        self._open_member = open_member
+        self.torch = torch
+        self.policy = policy
+        self.arch = arch
+        self._opened: dict[Location, ElfLibrary | None] = {}
+        self._system_dirs = [Path(d) for d in policy.system_library_dirs.get(arch, ())]
+
+    def close(self) -> None:
+        for lib in self._opened.values():
+            if lib is not None and lib.where and Path(lib.where).is_absolute():
+                lib.close()
+        self._opened.clear()
+
+    def _exists(self, directory: str, name: str, from_wheel: bool) -> Location | None:
+        candidate = posixpath.join(directory, name)
+        if from_wheel and (candidate == SITE or candidate.startswith(SITE + "/")):
+            member = candidate[len(SITE) + 1:]
+            if member in self._members:
+                return Location(member=member)
+            if self.torch is not None:
+                real = self.torch.site_dir / member
+                return Location(path=real) if real.is_file() else None
+            return None
+        if from_wheel:
+            return None  # an absolute path: it names the build machine, not the user's
+        real = Path(candidate)
+        return Location(path=real) if real.is_file() else None
+
+    def find(self, name: str, requester: Location, lib: ElfLibrary) -> Found | None:
+        from_wheel = requester.member is not None
+        if "/" in name:
+            return None
+        runpath = lib.runpath
+        search: list[tuple[str, str]] = []
+        if runpath is None and lib.rpath:
+            search += [("RPATH", e) for e in lib.rpath]
+        if runpath:
+            search += [("RUNPATH", e) for e in runpath]
+        for kind, entry in search:
+            directory = _expand(entry, requester.origin) if entry else None
+            if directory is None:
+                continue
+            hit = self._exists(directory, name, from_wheel)
+            if hit is not None:
+                return Found(hit, f"{kind} {entry}")
+        if self.torch is not None and (self.torch.lib_dir / name).is_file():
+            return Found(Location(path=self.torch.lib_dir / name), "loaded by import torch")
+        if name in self.policy.system_libraries:
+            for directory in self._system_dirs:
+                if (directory / name).is_file():
+                    return Found(Location(path=directory / name), "system library")
+        return None
+
+    def open(self, location: Location) -> ElfLibrary | None:
+        if location not in self._opened:
+            try:
+                if location.member is not None:
+                    self._opened[location] = self._open_member(location.member)
+                else:
+                    assert location.path is not None
+                    self._opened[location] = ElfLibrary.open(location.path)
+            except (ElfInvalid, OSError):
+                self._opened[location] = None
+        return self._opened[location]
+
+    def scope(self, requester: Location, lib: ElfLibrary) -> Iterator[tuple[str, Location, ElfLibrary]]:
+        """The libraries ld.so searches for this library's symbols, breadth first: DT_NEEDED, then theirs."""
+        seen: set[Location] = {requester}
+        queue: list[tuple[Location, ElfLibrary]] = [(requester, lib)]
+        while queue:
+            next_queue: list[tuple[Location, ElfLibrary]] = []
+            for loc, current in queue:
+                for name in current.needed:
+                    found = self.find(name, loc, current)
+                    if found is None or found.location in seen:
+                        continue
+                    seen.add(found.location)
+                    dep = self.open(found.location)
+                    if dep is None:
+                        continue
+                    yield name, found.location, dep
+                    next_queue.append((found.location, dep))
+            queue = next_queue

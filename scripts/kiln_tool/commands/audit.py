@@ -1,0 +1,42 @@
+"""kiln audit: the post-build ELF audit of wheels and shared libraries."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+HELP = "audit wheels and .so files (ELF hardening, symbols, policy, CUDA archs, RECORD); exit 1 on failure"
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="wheel (.whl) or shared library (.so)")
+    parser.add_argument("--json", action="store_true", help="print one JSON document instead of tables")
+    parser.add_argument("--torch-lib", type=Path, default=None, metavar="DIR",
+                        help="the target torch's lib directory (default: the torch the wheel's build info or "
+                        "torch requirement names, found in this interpreter or the repo's venvs)")
+    parser.add_argument("--cuda-archs", default=None, metavar="LIST",
+                        help='requested CUDA archs, TORCH_CUDA_ARCH_LIST syntax, e.g. "8.0;9.0a;12.0+PTX" '
+                        "(default: the build info's)")
+    parser.add_argument("--policy", default="manylinux_2_28", metavar="NAME",
+                        help="data/audit_policy/NAME.json for artifacts without a manylinux tag (default: "
+                        "%(default)s)")
+
+
+def execute(args: argparse.Namespace) -> int:
+    from kiln_tool.audit import AuditInputError, AuditOptions, audit_paths
+
+    options = AuditOptions(torch_lib=args.torch_lib, cuda_archs=args.cuda_archs, policy=args.policy)
+    try:
+        report = audit_paths(list(args.paths), options)
+    except AuditInputError as exc:
+        if args.json:
+            print(json.dumps({"schema": 1, "ok": False, "error": str(exc)}, indent=2))
+        print(f"kiln audit: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(report.to_json(), indent=2))
+    else:
+        sys.stdout.write(report.render_text())
+    return 0 if report.ok else 1
