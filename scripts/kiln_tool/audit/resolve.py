@@ -57,6 +57,9 @@ def _expand(entry: str, origin: str) -> str | None:
 class Resolver:
     """Resolves DT_NEEDED names and keeps every library it opened (close() when done)."""
 
+    # What `import torch` loads first; everything they need is in memory afterwards.
+    _TORCH_ENTRY_POINTS = ("libtorch_global_deps.so", "libtorch_python.so", "libtorch.so")
+
     def __init__(self, members: set[str], open_member: Callable[[str], ElfLibrary], torch: TorchTarget | None,
                  policy: Policy, arch: str) -> None:
         self._members = members
@@ -66,10 +69,11 @@ class Resolver:
         self.arch = arch
         self._opened: dict[Location, ElfLibrary | None] = {}
         self._system_dirs = [Path(d) for d in policy.system_library_dirs.get(arch, ())]
+        self._torch_loaded: dict[str, Location] | None = None
 
     def close(self) -> None:
-        for lib in self._opened.values():
-            if lib is not None and lib.where and Path(lib.where).is_absolute():
+        for location, lib in self._opened.items():
+            if lib is not None and location.path is not None:
                 lib.close()
         self._opened.clear()
 
@@ -89,9 +93,23 @@ class Resolver:
         return Location(path=real) if real.is_file() else None
 
     def find(self, name: str, requester: Location, lib: ElfLibrary) -> Found | None:
-        from_wheel = requester.member is not None
         if "/" in name:
             return None
+        found = self._search_paths(name, requester, lib)
+        if found is not None:
+            return found
+        loaded = self._loaded_by_torch().get(name)
+        if loaded is not None:
+            return Found(loaded, "loaded by import torch")
+        if name in self.policy.system_libraries:
+            for directory in self._system_dirs:
+                if (directory / name).is_file():
+                    return Found(Location(path=directory / name), "system library")
+        return None
+
+    def _search_paths(self, name: str, requester: Location, lib: ElfLibrary) -> Found | None:
+        """DT_RPATH (without DT_RUNPATH) and DT_RUNPATH, $ORIGIN expanded in the installed layout."""
+        from_wheel = requester.member is not None
         runpath = lib.runpath
         search: list[tuple[str, str]] = []
         if runpath is None and lib.rpath:
@@ -105,13 +123,33 @@ class Resolver:
             hit = self._exists(directory, name, from_wheel)
             if hit is not None:
                 return Found(hit, f"{kind} {entry}")
-        if self.torch is not None and (self.torch.lib_dir / name).is_file():
-            return Found(Location(path=self.torch.lib_dir / name), "loaded by import torch")
-        if name in self.policy.system_libraries:
-            for directory in self._system_dirs:
-                if (directory / name).is_file():
-                    return Found(Location(path=directory / name), "system library")
         return None
+
+    def _loaded_by_torch(self) -> dict[str, Location]:
+        """Libraries in memory after `import torch`, by name: torch/lib and what its libraries load
+        (e.g. libcudart.so.13 from nvidia/cu13/lib through libtorch_cuda.so's RUNPATH)."""
+        if self._torch_loaded is not None:
+            return self._torch_loaded
+        loaded: dict[str, Location] = {}
+        if self.torch is not None:
+            lib_dir = self.torch.lib_dir
+            for path in sorted(lib_dir.glob("*.so*")):
+                loaded[path.name] = Location(path=path)
+            queue = [loaded[n] for n in self._TORCH_ENTRY_POINTS if n in loaded]
+            seen = set(queue)
+            while queue:
+                location = queue.pop()
+                lib = self.open(location)
+                if lib is None:
+                    continue
+                for name in lib.needed:
+                    found = self._search_paths(name, location, lib)
+                    if found is not None and found.location not in seen:
+                        seen.add(found.location)
+                        loaded.setdefault(name, found.location)
+                        queue.append(found.location)
+        self._torch_loaded = loaded
+        return loaded
 
     def open(self, location: Location) -> ElfLibrary | None:
         if location not in self._opened:

@@ -59,8 +59,9 @@ def check_undefined_symbols(ctx: LibraryContext) -> CheckResult:
             continue
         if scope is None:
             scope = list(resolver.scope(ctx.location, lib))
-        preferred = [s for s in scope if symbol.version_file and s[0] == symbol.version_file]
-        if any(_provides(dep, symbol) for _, _, dep in preferred or scope):
+        # ld.so takes a versioned symbol from whichever loaded object defines that version: since
+        # glibc 2.34, pthread_create@GLIBC_2.2.5 needed "from libpthread.so.0" lives in libc.so.6.
+        if any(_provides(dep, symbol) for _, _, dep in scope):
             continue
         unresolved.append(symbol.display())
     if unresolved:
