@@ -1,0 +1,114 @@
+"""Helpers for the import-preflight and doctor scenarios: real venvs, wheels and expected messages.
+
+Each scenario venv is tiny: created without pip, it sees a real torch through a
+``.pth`` file that points at a shared torch install's site-packages (a fresh
+environment with the real torch, without reinstalling GBs of CUDA wheels), and
+gets one opkiln wheel installed with ``pip install --no-deps`` (the metadata pin
+would otherwise refuse the mismatched ones, which is exactly the user mistake
+under test). The wheel supplies the compiled ``_C`` and its build info; the
+preflight/doctor Python files are then copied from this checkout, so a cached
+wheel in dist/ or tests/_artifacts/ never tests stale Python code.
+
+Venvs are created once per session under tests/_artifacts/preflight/.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+ARTIFACTS = REPO / "tests" / "_artifacts"
+WORK = ARTIFACTS / "preflight"
+CU130_VENV = REPO / ".venvs" / "torch2.14-cu130-py3.11"
+TORCH_213 = "2.13.0"
+# Files of the import guard and doctor; everything else (ops.py, _C, build info) comes from the wheel.
+CHECKOUT_FILES = ("__init__.py", "__main__.py", "_loader.py", "_preflight.py", "_doctor.py", "_build_info.py")
+DEFAULT_INDEX = "https://opkiln.github.io/wheels"
+
+
+def site_packages(venv: Path) -> Path:
+    return venv / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
+
+
+@dataclass(frozen=True)
+class Venv:
+    root: Path
+
+    @property
+    def python(self) -> Path:
+        return self.root / "bin" / "python"
+
+    @property
+    def site(self) -> Path:
+        return site_packages(self.root)
+
+    @property
+    def package(self) -> Path:
+        return self.site / "opkiln"
+
+    def build_info(self) -> dict:
+        return json.loads((self.package / "_build_info.json").read_text())
+
+    def run(self, *args: str, env: dict[str, str] | None = None, cwd: Path | None = None,
+            timeout: float = 180) -> subprocess.CompletedProcess[str]:
+        full_env = {k: v for k, v in os.environ.items()
+                    if not k.startswith(("OPKILN_", "PYTHON")) and k not in ("LD_PRELOAD", "LD_LIBRARY_PATH")}
+        full_env.update(env or {})
+        return subprocess.run([str(self.python), *args], capture_output=True, text=True, env=full_env,
+                              cwd=str(cwd or WORK), timeout=timeout)
+
+
+def fresh_venv(root: Path, torch_site: Path) -> Venv:
+    if root.exists():
+        shutil.rmtree(root)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True)
+    venv = Venv(root)
+    (venv.site / "_opkiln_test_torch.pth").write_text(f"{torch_site}\n")
+    return venv
+
+
+def install_wheel(venv: Venv, wheel: Path) -> None:
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(venv.python), "install", "--no-deps",
+                    "--no-compile", "--disable-pip-version-check", "-q", str(wheel)], check=True)
+    for name in CHECKOUT_FILES:
+        shutil.copy2(REPO / "python" / "opkiln" / name, venv.package / name)
+
+
+def extract_member(wheel: Path, suffix: str, dest: Path) -> Path:
+    """Unpack the one wheel member whose name ends with ``suffix`` (e.g. the _C library) into ``dest``."""
+    with zipfile.ZipFile(wheel) as zf:
+        (name,) = [n for n in zf.namelist() if n.startswith("opkiln/_C.") and n.endswith(suffix)]
+        dest.mkdir(parents=True, exist_ok=True)
+        target = dest / Path(name).name
+        target.write_bytes(zf.read(name))
+    return target
+
+
+def index_page(cuda_tag: str, torch_mm: str, base: str = DEFAULT_INDEX) -> str:
+    return f"{base}/{cuda_tag}/torch{torch_mm}/index.html"
+
+
+def install_command(cuda_tag: str, torch_mm: str, base: str = DEFAULT_INDEX) -> str:
+    return f"pip uninstall -y opkiln && pip install opkiln -f {index_page(cuda_tag, torch_mm, base)}"
+
+
+def assert_clean_failure(proc: subprocess.CompletedProcess[str]) -> str:
+    """A failed import that exits normally with our error, never a crash or a raw loader message.
+
+    Returns the output with whitespace collapsed.
+    """
+    out = proc.stdout + proc.stderr
+    assert proc.returncode >= 0, f"crashed with signal {-proc.returncode}:\n{out}"
+    assert proc.returncode != 0, out
+    for raw in ("undefined symbol", "cannot open shared object file", "does not exist", "_ZN3c10",
+                "no kernel image is available"):
+        assert raw not in out, f"raw loader error leaked ({raw!r}):\n{out}"
+    assert "OpkilnEnvironmentError" in out, out
+    return " ".join(out.split())  # the message wraps long lines for the terminal
