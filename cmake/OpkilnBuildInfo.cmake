@@ -14,6 +14,12 @@ function(opkiln_write_build_info target)
       --cuda-archs "${_archs}"
       --cuda-flags "${CMAKE_CUDA_FLAGS} ${CMAKE_CUDA_FLAGS_RELEASE} ${_cmake_archs}")
   endif()
+  set(suffix "${Python_SOABI}")
+  set(stable_args "")
+  if(OPKILN_ABI_MODE STREQUAL "stable")
+    set(suffix "${Python_SOSABI}")
+    list(APPEND stable_args --torch-min "${OPKILN_STABLE_TORCH_MIN}")
+  endif()
   execute_process(
     COMMAND "${CMAKE_COMMAND}" -E env "PYTHONPATH=${OPKILN_SOURCE_DIR}/scripts"
             "${Python_EXECUTABLE}" -m kiln_tool.build_info
@@ -27,7 +33,8 @@ function(opkiln_write_build_info target)
             --compiler "${CMAKE_CXX_COMPILER_ID} ${CMAKE_CXX_COMPILER_VERSION}"
             --cxx-flags "${CMAKE_CXX_FLAGS} ${CMAKE_CXX_FLAGS_RELEASE}"
             --cmake-version "${CMAKE_VERSION}"
-            --extension-suffix "${Python_SOABI}"
+            --extension-suffix "${suffix}"
+            ${stable_args}
             ${cuda_args}
     RESULT_VARIABLE rc
     ERROR_VARIABLE err)

@@ -11,6 +11,7 @@ import json
 import sys
 from dataclasses import asdict
 
+from .build_metadata import STABLE_ABI_MIN_TORCH
 from .torch_probe import TorchInstall, TorchNotFound, find_torch
 from .variant import BuildVariant, VariantError, resolve_variant, wheel_version
 
@@ -30,6 +31,7 @@ def config_values(torch: TorchInstall, variant: BuildVariant) -> dict[str, str]:
         "OPKILN_VARIANT_TAG": variant.cuda_tag,
         "OPKILN_ABI_MODE": variant.mode,
         "OPKILN_WHEEL_VERSION": wheel_version(torch, variant),
+        "OPKILN_STABLE_TORCH_MIN": STABLE_ABI_MIN_TORCH,
     }
 
 

@@ -96,12 +96,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cxx-flags", default="")
     p.add_argument("--cmake-version", default="")
     p.add_argument("--extension-suffix", default="")
+    p.add_argument("--torch-min", default=None, help="stable ABI: the oldest torch the wheel loads on")
     p.add_argument("--cuda", default=None)
     p.add_argument("--nvcc-version", default=None)
     p.add_argument("--cuda-archs", default="")
     p.add_argument("--cuda-flags", default="")
     p.add_argument("--index-url", default=os.environ.get("OPKILN_INDEX_URL", DEFAULT_INDEX_URL))
     args = p.parse_args(argv)
+    if args.abi_mode == "stable" and not args.torch_min:
+        p.error("--abi-mode stable needs --torch-min")
 
     source_dir = args.source_dir.resolve()
     schema_dir = source_dir / "ops" / ("stable" if args.abi_mode == "stable" else "torch")
@@ -130,6 +133,8 @@ def main(argv: list[str] | None = None) -> int:
         "ops": op_manifest(sorted(schema_dir.glob("*.cpp"))),
         "index_url": args.index_url,
     }
+    if args.abi_mode == "stable":
+        info["torch_min"] = args.torch_min
     args.output.parent.mkdir(parents=True, exist_ok=True)
     tmp = args.output.with_suffix(".tmp")
     tmp.write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")

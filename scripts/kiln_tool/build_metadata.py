@@ -8,7 +8,7 @@ from typing import Any
 from .torch_probe import find_torch
 from .variant import resolve_variant, torch_requirement, wheel_version
 
-STABLE_ABI_MIN_TORCH = "2.13"
+STABLE_ABI_MIN_TORCH = "2.11"
 
 
 def dynamic_metadata(settings: Mapping[str, Any], project: Mapping[str, Any]) -> dict[str, Any]:
