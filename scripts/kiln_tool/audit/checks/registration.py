@@ -7,6 +7,7 @@ import re
 from ..context import ArtifactContext, LibraryContext
 from ..report import CheckResult, failed, passed
 
+_CRT_INIT_ENTRIES = 1
 _TORCH_NEEDED = re.compile(r"^lib(torch|torch_cpu|c10)\.so$")
 # Static functions TORCH_LIBRARY / STABLE_TORCH_LIBRARY expand to (in .symtab when not stripped).
 _DEF_INIT = re.compile(r"^(?:_ZL\d+)?(?:STABLE_)?TORCH_LIBRARY_init_([A-Za-z_][A-Za-z0-9_]*?)(?:RN5torch7LibraryE.*|PF.*)?$")
@@ -45,9 +46,12 @@ def check_library(ctx: LibraryContext) -> CheckResult | None:
     links_torch = any(_TORCH_NEEDED.match(n) for n in ctx.lib.needed)
     if not refs:
         return None if not links_torch else passed("registration", "links torch, registers no operators")
-    if ctx.lib.init_array_size == 0:
+    # crtbeginS.o puts one entry (frame_dummy) in every gcc/clang-linked library; TORCH_LIBRARY
+    # adds its translation unit's static initializer.
+    if ctx.lib.init_array_size <= _CRT_INIT_ENTRIES * (ctx.lib.elfclass // 8):
         return failed("registration", f"{ctx.member} references torch's registration API ({refs[0]}) but has no "
-                      "initializers (DT_INIT_ARRAY empty): its TORCH_LIBRARY blocks never run, so its ops never appear.",
+                      "static initializers of its own (DT_INIT_ARRAY holds only the C runtime's): its TORCH_LIBRARY "
+                      "blocks never run, so its ops never appear.",
                       "keep the static initializers: do not link the registration objects into a static archive that "
                       "drops them, and do not build with -nostartfiles or a linker script that discards .init_array.")
     return passed("registration", f"registration initializers present ({len(refs)} registration call(s))")
