@@ -1,0 +1,115 @@
+"""Supply-chain and publication rules the workflows must keep."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+
+from workflows.workflow_files import WORKFLOWS, load, steps, workflow
+
+PINNED = re.compile(r"^[\w.-]+/[\w.-]+(/[\w./-]+)?@[0-9a-f]{40}$")
+WRITE_ALLOWED = {
+    # (workflow, job): the scopes it may write, and why
+    ("release.yml", "release"): {"contents", "id-token", "attestations"},  # release assets + provenance
+    ("release.yml", "deploy"): {"pages", "id-token"},  # GitHub Pages deployment
+}
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
+def test_actions_are_pinned_by_commit_sha_with_the_version_in_a_comment(path: Any) -> None:
+    lines = path.read_text().splitlines()
+    for number, line in enumerate(lines, 1):
+        match = re.match(r"^\s*(?:-\s+)?uses:\s*(\S+)(.*)$", line)
+        if not match:
+            continue
+        ref, rest = match.groups()
+        if ref.startswith("./"):
+            continue  # a workflow of this repository
+        assert PINNED.match(ref), f"{path.name}:{number}: {ref} is not pinned to a commit SHA"
+        assert re.match(r"^\s+# v\d+\.\d+\.\d+$", rest), f"{path.name}:{number}: say which release {ref} is"
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
+def test_least_privilege_and_concurrency(path: Any) -> None:
+    wf = load(path)
+    top = wf.get("permissions")
+    assert top is not None, f"{path.name}: no top-level permissions (the default token may write)"
+    assert top == {} or top == {"contents": "read"}, f"{path.name}: top-level permissions {top}"
+    assert "concurrency" in wf and "group" in wf["concurrency"]
+    for job_id, job in wf["jobs"].items():
+        perms = job.get("permissions", {})
+        assert isinstance(perms, dict), f"{path.name}:{job_id}: permissions must be listed scope by scope"
+        writes = {scope for scope, level in perms.items() if level == "write"}
+        allowed = WRITE_ALLOWED.get((path.name, job_id), set())
+        assert writes <= allowed, f"{path.name}:{job_id} writes {writes - allowed}"
+        if "uses" not in job:
+            assert "timeout-minutes" in job, f"{path.name}:{job_id} has no timeout"
+    assert "pull_request_target" not in wf["on"]
+
+
+def test_checkouts_do_not_keep_the_token() -> None:
+    for wf, job, step in steps():
+        if str(step.get("uses", "")).startswith("actions/checkout@"):
+            assert step.get("with", {}).get("persist-credentials") is False, f"{wf}:{job}"
+
+
+def test_triggers() -> None:
+    assert set(workflow("ci.yml")["on"]) == {"push", "pull_request"}
+    wheels = workflow("wheels.yml")["on"]
+    assert {"workflow_call", "workflow_dispatch"} <= set(wheels)
+    assert set(wheels["workflow_call"]["inputs"]) <= set(wheels["workflow_dispatch"]["inputs"])
+    release = workflow("release.yml")["on"]
+    assert set(release) == {"push"} and set(release["push"]) == {"tags"}
+
+
+def _job_steps_text(wf: dict[str, Any], job: str) -> list[str]:
+    return [str(step.get("run") or step.get("uses")) for step in wf["jobs"][job]["steps"]]
+
+
+def test_wheels_builds_one_job_per_matrix_entry_with_ccache_and_artifacts() -> None:
+    wf = workflow("wheels.yml")
+    build = wf["jobs"]["build"]
+    assert build["strategy"]["matrix"] == "${{ fromJSON(needs.matrix.outputs.include) }}"
+    assert build["runs-on"] == "${{ matrix.runner }}"
+    assert build["strategy"]["fail-fast"] is False
+    texts = _job_steps_text(wf, "build")
+    cache = next(s for s in build["steps"] if str(s.get("uses", "")).startswith("actions/cache@"))
+    assert cache["with"]["path"] == ".ccache" and "${{ matrix.name }}" in cache["with"]["key"]
+    assert build["env"]["CCACHE_DIR"].endswith("/.ccache")
+    upload = next(s for s in build["steps"] if str(s.get("uses", "")).startswith("actions/upload-artifact@"))
+    assert upload["with"]["name"] == "wheels-${{ matrix.name }}"
+    assert upload["with"]["if-no-files-found"] == "error"
+    order = [i for i, t in enumerate(texts) if "docker build" in t or "cibuildwheel --platform" in t]
+    assert len(order) == 2 and "docker build" in texts[order[0]], "the image is built before cibuildwheel uses it"
+
+
+def test_release_merges_onto_the_published_site_and_never_replaces_a_wheel() -> None:
+    wf = workflow("release.yml")
+    index = _job_steps_text(wf, "index")
+    fetch = next(i for i, t in enumerate(index) if "tools/fetch_published_site.py" in t)
+    merge = next(i for i, t in enumerate(index) if "scripts/kiln index" in t)
+    audit = next(i for i, t in enumerate(index) if "scripts/kiln audit" in t)
+    pages = next(i for i, t in enumerate(index) if t.startswith("actions/upload-pages-artifact@"))
+    assert audit < fetch < merge < pages
+    assert "--allow-missing" in index[fetch] and 'if [[ "$earlier" -eq 0 ]]' in index[fetch], \
+        "only the first release may start from an empty site"
+    assert "--base-url" in index[merge]
+    release = _job_steps_text(wf, "release")
+    attest = next(i for i, t in enumerate(release) if t.startswith("actions/attest-build-provenance@"))
+    upload = next(i for i, t in enumerate(release) if "gh release upload" in t)
+    assert attest < upload
+    assert all("--clobber" not in t for t in index + release)
+    assert wf["jobs"]["deploy"]["needs"] == ["index", "release"]
+    assert wf["jobs"]["index"]["needs"] == ["wheels-torch", "wheels-stable"]
+    assert {wf["jobs"][j]["with"]["mode"] for j in ("wheels-torch", "wheels-stable")} == {"torch", "stable"}
+    assert wf["concurrency"]["cancel-in-progress"] is False
+
+
+def test_ci_compiles_cuda_through_the_wheels_workflow() -> None:
+    ci = workflow("ci.yml")
+    assert {"lint", "typecheck", "test-cpu", "cuda-compile"} <= set(ci["jobs"])
+    cuda = ci["jobs"]["cuda-compile"]
+    assert cuda["uses"] == "./.github/workflows/wheels.yml"
+    assert cuda["with"]["jobs"].startswith("torch") and "cu13" in cuda["with"]["jobs"]
