@@ -245,7 +245,10 @@ def audit_paths(paths: list[Path], options: AuditOptions | None = None) -> Audit
     if not paths:
         raise AuditInputError("nothing to audit: pass at least one wheel or shared library")
     auditor = _Auditor(options)
-    kinds = [(Path(p), _classify(Path(p), auditor)) for p in paths]
+    try:
+        kinds = [(Path(p), _classify(Path(p), auditor)) for p in paths]
+    except OSError as exc:
+        raise AuditInputError(f"{exc.filename or paths}: cannot read ({exc.strerror or exc})") from exc
     report = AuditReport()
     for path, kind in kinds:
         report.artifacts.append(auditor.audit_wheel(path) if kind == "wheel" else auditor.audit_library(path))

@@ -1,0 +1,118 @@
+"""Unusable input gets a clear message and exit status 2, never a traceback."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import zipfile
+from pathlib import Path
+
+import pytest
+from audit_corpus import PY_SUFFIX, Corpus, make_wheel, run_kiln
+
+from kiln_tool.audit import AuditInputError, AuditOptions, audit_paths
+
+
+def assert_input_error(result_args: list[str], *needles: str) -> None:
+    result = run_kiln("audit", *result_args)
+    assert result.returncode == 2, (result.returncode, result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr
+    for needle in needles:
+        assert needle in result.stderr, result.stderr
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    assert_input_error([str(tmp_path / "nope.whl")], "no such file")
+
+
+def test_directory(tmp_path: Path) -> None:
+    assert_input_error([str(tmp_path)], "is a directory")
+
+
+def test_symlink(corpus: Corpus, tmp_path: Path) -> None:
+    link = tmp_path / "link.so"
+    link.symlink_to(corpus["libplain.so"])
+    assert_input_error([str(link)], "symbolic link")
+
+
+def test_not_a_zip_wheel(tmp_path: Path) -> None:
+    fake = tmp_path / "kilntest-0.1.0-cp311-cp311-linux_x86_64.whl"
+    fake.write_text("not a zip")
+    assert_input_error([str(fake)], "not a zip archive")
+
+
+def test_badly_named_wheel(tmp_path: Path) -> None:
+    fake = tmp_path / "kilntest.whl"
+    with zipfile.ZipFile(fake, "w") as zf:
+        zf.writestr("x", b"")
+    assert_input_error([str(fake)], "not a wheel file name")
+
+
+def test_loose_file_that_is_not_elf(tmp_path: Path) -> None:
+    text = tmp_path / "libtext.so"
+    text.write_text("hello\n")
+    assert_input_error([str(text)], "not an ELF file")
+
+
+def test_zip_bomb(tmp_path: Path) -> None:
+    bomb = tmp_path / "kilntest-0.1.0-cp311-cp311-linux_x86_64.whl"
+    with zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED, compresslevel=9) as zf:
+        zf.writestr("kilntest/zeros.bin", b"\0" * (8 << 20))
+    assert_input_error([str(bomb)], "zip bomb", "kilntest/zeros.bin")
+
+
+def test_symlink_inside_wheel(corpus: Corpus, tmp_path: Path) -> None:
+    wheel = make_wheel(tmp_path, {f"kilntest/clean{PY_SUFFIX}": corpus[f"clean{PY_SUFFIX}"].read_bytes()})
+    with zipfile.ZipFile(wheel, "a") as zf:
+        info = zipfile.ZipInfo("kilntest/libevil.so")
+        info.external_attr = (stat.S_IFLNK | 0o777) << 16
+        zf.writestr(info, "/etc/passwd")
+    assert_input_error([str(wheel)], "kilntest/libevil.so", "symbolic link")
+
+
+def test_member_outside_site_packages(tmp_path: Path) -> None:
+    wheel = make_wheel(tmp_path, {"../evil.so": b"x"})
+    assert_input_error([str(wheel)], "outside site-packages")
+
+
+def test_huge_file(tmp_path: Path) -> None:
+    huge = tmp_path / "libhuge.so"
+    with huge.open("wb") as f:
+        f.truncate(5 << 30)  # sparse: takes no disk space
+    assert_input_error([str(huge)], "larger than the audit's limit")
+
+
+def test_unknown_policy_and_bad_arch_list(corpus: Corpus) -> None:
+    assert_input_error(["--policy", "manylinux_9_99", str(corpus["libplain.so"])], "no audit policy")
+    assert_input_error(["--cuda-archs", "8.0;sm_90", str(corpus["libplain.so"])], "'sm_90' is not a CUDA arch")
+
+
+def test_bad_torch_lib(corpus: Corpus, tmp_path: Path) -> None:
+    assert_input_error(["--torch-lib", str(tmp_path), str(corpus["libplain.so"])], "no libc10.so")
+
+
+def test_json_error_document(tmp_path: Path) -> None:
+    result = run_kiln("audit", "--json", str(tmp_path / "nope.so"))
+    assert result.returncode == 2
+    assert json.loads(result.stdout) == {"schema": 1, "ok": False, "error": f"{tmp_path / 'nope.so'}: no such file"}
+
+
+def test_api_raises_value_error(tmp_path: Path) -> None:
+    with pytest.raises(AuditInputError) as excinfo:
+        audit_paths([tmp_path], AuditOptions())
+    assert isinstance(excinfo.value, ValueError)
+
+
+def test_unreadable_is_checked_before_any_work(corpus: Corpus, tmp_path: Path) -> None:
+    # One bad path stops the run before the good one is audited: the pipeline gets exit 2, not a partial report.
+    result = run_kiln("audit", str(corpus["libplain.so"]), str(tmp_path / "missing.so"))
+    assert result.returncode == 2 and result.stdout == ""
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads every file")
+def test_permission_denied(corpus: Corpus, tmp_path: Path) -> None:
+    locked = tmp_path / "liblocked.so"
+    locked.write_bytes(corpus["libplain.so"].read_bytes())
+    locked.chmod(0)
+    assert_input_error([str(locked)], "liblocked.so")
