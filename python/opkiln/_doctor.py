@@ -199,16 +199,14 @@ def _split_sm(sm: str) -> tuple[int, int, str]:
 def coverage(capability: str, manifest: Mapping[str, list[str]]) -> str | None:
     """How a GPU of ``capability`` ("9.0") runs these kernels: "SASS sm_90", "PTX compute_80 (JIT)" or None."""
     major, minor = (int(x) for x in capability.split("."))
-    best: str | None = None
+    runnable = []
     for sm in manifest.get("sass", []):
         s_major, s_minor, suffix = _split_sm(sm)
-        if (suffix == "a" and (s_major, s_minor) == (major, minor)) or (
-                suffix != "a" and s_major == major and s_minor <= minor):
-            if (s_major, s_minor) == (major, minor):
-                return f"SASS sm_{sm}"
-            best = best or f"SASS sm_{sm}"
-    if best:
-        return best
+        # SASS runs on the same major with an equal or newer minor; arch-specific ("a") SASS only on its own arch.
+        if s_major == major and (s_minor == minor if suffix == "a" else s_minor <= minor):
+            runnable.append((s_minor, suffix == "a", sm))
+    if runnable:
+        return f"SASS sm_{max(runnable)[2]}"
     for sm in sorted(manifest.get("ptx", []), key=_sm_key, reverse=True):
         p_major, p_minor, suffix = _split_sm(sm)
         if suffix == "" and (p_major, p_minor) <= (major, minor):
@@ -441,7 +439,7 @@ def _check_load(checks: list[Check], report: dict[str, Any], info: Mapping[str, 
             raw = f"{type(package_error).__name__}: {package_error}"
         report["load_error"] = raw
         if isinstance(package_error, _preflight.OpkilnEnvironmentError) and raw is None and problems:
-            checks.append(Check("load opkiln._C", FAIL, "not attempted (preflight failed)"))
+            checks.append(Check("load opkiln._C", INFO, "not attempted: the preflight found a mismatch"))
         else:
             reasons = list(getattr(package_error, "problems", None) or [])
             checks.append(Check("load opkiln._C", FAIL, "failed", [*reasons, f"loader said: {report['load_error']}"],
@@ -456,7 +454,7 @@ def _check_load(checks: list[Check], report: dict[str, Any], info: Mapping[str, 
     report["ops"] = {"manifest": manifest, "registered": registered, "missing": missing}
     checks.append(Check("registered ops", FAIL if missing else OK,
                         f"{len(registered)}/{len(manifest)}" + (f", missing {', '.join(missing)}" if missing else ""),
-                        registered, fix if missing else None))
+                        [", ".join(registered)] if registered else [], fix if missing else None))
 
 
 def _check_gpu_archs(checks: list[Check], report: dict[str, Any], info: Mapping[str, Any], tf: Mapping[str, Any],
