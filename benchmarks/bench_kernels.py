@@ -1,0 +1,315 @@
+#!/usr/bin/env python3
+"""Time the opkiln kernels against torch baselines and check their results.
+
+    python benchmarks/bench_kernels.py [--device cpu|cuda] [--json PATH] [--no-compile]
+
+CUDA: warmup, then CUDA-event timing, median of --iters runs. CPU: the same
+with perf_counter and smaller default sizes. Every figure, the correctness
+checks (max abs error vs a reference, NMS kept indices equal to torchvision's
+or to a pure-PyTorch reference) and the issue-8 targets go to the JSON file.
+Bandwidth is "effective": the bytes an op must move at least, over its time,
+and its fraction of a device-to-device copy measured in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+import opkiln
+
+# issue 8, on the H200
+TARGETS_MS = {"weighted_sum_256M_fp32": 0.80, "rms_norm_fwd_bf16_16384x8192": 0.15, "nms_10k": 2.0,
+              "nms_100k": 50.0}
+WEIGHTED_SUM_COPY_FRACTION = 0.95
+
+
+def timer(device: str, iters: int, warmup: int) -> Callable[[Callable[[], object]], float]:
+    def run(fn: Callable[[], object]) -> float:
+        for _ in range(warmup):
+            fn()
+        times = []
+        if device == "cuda":
+            torch.cuda.synchronize()
+            for _ in range(iters):
+                start = torch.cuda.Event(enable_timing=True)
+                end = torch.cuda.Event(enable_timing=True)
+                start.record()
+                fn()
+                end.record()
+                end.synchronize()
+                times.append(start.elapsed_time(end))
+        else:
+            for _ in range(iters):
+                t0 = time.perf_counter()
+                fn()
+                times.append((time.perf_counter() - t0) * 1e3)
+        return statistics.median(times)
+
+    return run
+
+
+class Report:
+    def __init__(self, device: str) -> None:
+        self.rows: list[dict[str, Any]] = []
+        self.checks: list[dict[str, Any]] = []
+        self.device = device
+        self.copy_gbps: float | None = None
+
+    def add(self, case: str, impl: str, ms: float, nbytes: int | None = None, **extra: Any) -> dict[str, Any]:
+        row: dict[str, Any] = {"case": case, "impl": impl, "ms": round(ms, 5)}
+        if nbytes is not None and ms > 0:
+            gbps = nbytes / (ms * 1e-3) / 1e9
+            row["gb_per_s"] = round(gbps, 1)
+            if self.copy_gbps:
+                row["fraction_of_copy"] = round(gbps / self.copy_gbps, 3)
+        row.update(extra)
+        self.rows.append(row)
+        print(f"  {case:34s} {impl:22s} {ms:10.4f} ms" + (f"  {row['gb_per_s']:8.1f} GB/s" if "gb_per_s" in row else "")
+              + (f"  {row['fraction_of_copy']:.2f}x copy" if "fraction_of_copy" in row else ""), flush=True)
+        return row
+
+    def check(self, name: str, ok: bool, **detail: Any) -> None:
+        self.checks.append({"check": name, "ok": bool(ok), **detail})
+        print(f"  check {name}: {'ok' if ok else 'FAILED'} {detail}", flush=True)
+
+
+def maybe_compile(fn: Callable[..., torch.Tensor], enabled: bool) -> Callable[..., torch.Tensor] | None:
+    if not enabled:
+        return None
+    try:
+        return torch.compile(fn, fullgraph=True)
+    except Exception as exc:  # torch.compile can be unavailable (no compiler); report, do not die
+        print(f"  torch.compile unavailable: {exc}", file=sys.stderr)
+        return None
+
+
+def try_time(report: Report, run: Callable[[Callable[[], object]], float], case: str, impl: str,
+             fn: Callable[[], object], nbytes: int | None = None) -> float | None:
+    try:
+        ms = run(fn)
+    except Exception as exc:
+        print(f"  {case} {impl}: skipped ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})", file=sys.stderr)
+        report.rows.append({"case": case, "impl": impl, "error": f"{type(exc).__name__}: {exc}"[:500]})
+        return None
+    report.add(case, impl, ms, nbytes)
+    return ms
+
+
+# ---------------------------------------------------------------------------- cases
+
+
+def bench_copy(report: Report, run: Callable[[Callable[[], object]], float], device: str, n: int) -> None:
+    src = torch.randn(n, device=device)
+    dst = torch.empty_like(src)
+    ms = run(lambda: dst.copy_(src))
+    report.copy_gbps = 2 * src.nbytes / (ms * 1e-3) / 1e9
+    report.add(f"copy {n} fp32", "tensor.copy_", ms, 2 * src.nbytes)
+
+
+def bench_weighted_sum(report: Report, run: Callable[[Callable[[], object]], float], device: str, n: int,
+                       compile_: bool) -> None:
+    alpha = 0.3
+    a = torch.randn(n, device=device)
+    b = torch.randn(n, device=device)
+    case = f"weighted_sum {n} fp32"
+    nbytes = 3 * a.nbytes
+    ours = run(lambda: opkiln.weighted_sum(a, b, alpha))
+    row = report.add(case, "opkiln", ours, nbytes)
+    try_time(report, run, case, "eager a*x+(1-a)*y", lambda: alpha * a + (1 - alpha) * b, nbytes)
+    try_time(report, run, case, "torch.lerp", lambda: torch.lerp(b, a, alpha), nbytes)
+    compiled = maybe_compile(lambda x, y: alpha * x + (1 - alpha) * y, compile_)
+    if compiled is not None:
+        try_time(report, run, case, "torch.compile", lambda: compiled(a, b), nbytes)
+    # Reference in float64 on a slice (the full tensor would double the memory).
+    m = min(n, 1 << 22)
+    out = opkiln.weighted_sum(a, b, alpha)[:m].double()
+    err = (out - (alpha * a[:m].double() + (1 - alpha) * b[:m].double())).abs().max().item()
+    report.check(f"{case} max abs error vs fp64", err < 1e-5, max_abs_error=err)
+    if device == "cuda" and n == 256 << 20:
+        target = TARGETS_MS["weighted_sum_256M_fp32"]
+        report.check(f"{case} <= {target} ms", ours <= target, ms=round(ours, 4))
+        frac = row.get("fraction_of_copy", 0.0)
+        report.check(f"{case} >= {WEIGHTED_SUM_COPY_FRACTION:.0%} of copy bandwidth",
+                     frac >= WEIGHTED_SUM_COPY_FRACTION, fraction=frac)
+
+
+def rms_norm_eager(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * w.float()).to(x.dtype)
+
+
+def bench_rms_norm(report: Report, run: Callable[[Callable[[], object]], float], device: str, rows: int, cols: int,
+                   compile_: bool) -> None:
+    eps = 1e-6
+    dtype = torch.bfloat16
+    x = torch.randn(rows, cols, device=device, dtype=dtype)
+    w = (1 + 0.1 * torch.randn(cols, device=device)).to(dtype)
+    case = f"rms_norm fwd {rows}x{cols} bf16"
+    nbytes = 2 * x.nbytes + w.nbytes
+    ours = run(lambda: opkiln.rms_norm(x, w, eps))
+    report.add(case, "opkiln", ours, nbytes)
+    try_time(report, run, case, "eager (fp32 math)", lambda: rms_norm_eager(x, w, eps), nbytes)
+    try_time(report, run, case, "F.rms_norm", lambda: F.rms_norm(x, (cols,), w, eps), nbytes)
+    compiled = maybe_compile(lambda t, v: rms_norm_eager(t, v, eps), compile_)
+    if compiled is not None:
+        try_time(report, run, case, "torch.compile", lambda: compiled(x, w), nbytes)
+    ref_rows = min(rows, 2048)
+    err = (opkiln.rms_norm(x[:ref_rows], w, eps).float() - rms_norm_eager(x[:ref_rows].double(), w.double(), eps)
+           .float()).abs().max().item()
+    report.check(f"{case} max abs error vs fp64", err < 0.05, max_abs_error=err)
+    if device == "cuda" and (rows, cols) == (16384, 8192):
+        target = TARGETS_MS["rms_norm_fwd_bf16_16384x8192"]
+        report.check(f"{case} <= {target} ms", ours <= target, ms=round(ours, 4))
+
+    # Backward: the fused kernel alone, and full autograd backward against eager autograd.
+    case = f"rms_norm bwd {rows}x{cols} bf16"
+    grad = torch.randn_like(x)
+    _, rstd = torch.ops.opkiln._rms_norm_forward(x, w, eps)
+    bwd_bytes = 3 * x.nbytes + 2 * w.nbytes  # read grad and x, write dx
+    report.add(case, "opkiln fused kernel", run(lambda: torch.ops.opkiln._rms_norm_backward(grad, x, w, rstd)),
+               bwd_bytes)
+    xg = x.detach().requires_grad_(True)
+    wg = w.detach().requires_grad_(True)
+    y_ours = opkiln.rms_norm(xg, wg, eps)
+    y_eager = rms_norm_eager(xg, wg, eps)
+    y_f = F.rms_norm(xg, (cols,), wg, eps)
+    report.add(case, "opkiln autograd", run(lambda: torch.autograd.grad(y_ours, (xg, wg), grad, retain_graph=True)),
+               bwd_bytes)
+    try_time(report, run, case, "eager autograd",
+             lambda: torch.autograd.grad(y_eager, (xg, wg), grad, retain_graph=True), bwd_bytes)
+    try_time(report, run, case, "F.rms_norm autograd",
+             lambda: torch.autograd.grad(y_f, (xg, wg), grad, retain_graph=True), bwd_bytes)
+    ref_rows = min(rows, 1024)
+    xd = x[:ref_rows].double().requires_grad_(True)
+    wd = w.double().requires_grad_(True)
+    dx_ref, dw_ref = torch.autograd.grad(rms_norm_eager(xd, wd, eps), (xd, wd), grad[:ref_rows].double())
+    dx, dw = torch.ops.opkiln._rms_norm_backward(grad[:ref_rows], x[:ref_rows], w, rstd[:ref_rows])
+    err_dx = (dx.double() - dx_ref).abs().max().item()
+    err_dw = ((dw.double() - dw_ref).abs() / (dw_ref.abs() + 1)).max().item()
+    report.check(f"{case} dx max abs error vs fp64", err_dx < 0.1, max_abs_error=err_dx)
+    report.check(f"{case} dw max rel error vs fp64", err_dw < 0.05, max_rel_error=err_dw)
+
+
+def random_boxes(n: int, device: str, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Detection-like boxes: corners uniform in a 1024 x 1024 image, sides uniform in [16, 128)."""
+    g = torch.Generator().manual_seed(seed)
+    xy = torch.rand(n, 2, generator=g) * 1024
+    wh = 16 + torch.rand(n, 2, generator=g) * 112
+    boxes = torch.cat([xy, xy + wh], 1)
+    scores = torch.rand(n, generator=g)
+    return boxes.to(device), scores.to(device)
+
+
+def nms_reference(boxes: torch.Tensor, scores: torch.Tensor, thr: float) -> torch.Tensor:
+    """torchvision's algorithm in plain PyTorch (float32 IoU, double compare), for when torchvision is absent."""
+    b = boxes.cpu().float()
+    order = torch.sort(scores.cpu().float(), descending=True, stable=True).indices
+    b = b[order]
+    x1, y1, x2, y2 = b.unbind(1)
+    area = (x2 - x1) * (y2 - y1)
+    removed = torch.zeros(len(b), dtype=torch.bool)
+    keep = []
+    for i in range(len(b)):
+        if removed[i]:
+            continue
+        keep.append(int(order[i]))
+        w = (torch.minimum(x2[i], x2[i + 1:]) - torch.maximum(x1[i], x1[i + 1:])).clamp(min=0)
+        h = (torch.minimum(y2[i], y2[i + 1:]) - torch.maximum(y1[i], y1[i + 1:])).clamp(min=0)
+        inter = w * h
+        removed[i + 1:] |= (inter / (area[i] + area[i + 1:] - inter)).double() > thr
+    return torch.tensor(keep, dtype=torch.int64)
+
+
+def bench_nms(report: Report, device: str, n: int, label: str, iters: int) -> None:
+    thr = 0.5
+    boxes, scores = random_boxes(n, device, seed=n)
+    case = f"nms {label} ({n} boxes, iou 0.5)"
+    slow_iters = max(3, iters // 4)
+    run = timer(device, slow_iters, 2)
+    ours_ms = run(lambda: opkiln.nms(boxes, scores, thr))
+    keep = opkiln.nms(boxes, scores, thr)
+    report.add(case, "opkiln", ours_ms, kept=int(keep.numel()))
+    try:
+        import torchvision.ops as tv_ops  # optional: present on the GPU machine only
+    except Exception:
+        tv_ops = None
+    if tv_ops is not None:
+        try:
+            tv_ms = run(lambda: tv_ops.nms(boxes, scores, thr))
+            expected = tv_ops.nms(boxes, scores, thr)
+            report.add(case, "torchvision.ops.nms", tv_ms, kept=int(expected.numel()))
+            same = keep.cpu().tolist() == expected.cpu().tolist()
+            report.check(f"{case} kept indices == torchvision", same, kept=int(keep.numel()),
+                         torchvision_kept=int(expected.numel()))
+        except Exception as exc:  # e.g. torchvision built for another torch: report, go on
+            report.check(f"{case} torchvision comparison", False, error=f"{type(exc).__name__}: {exc}"[:300])
+    elif n <= 20000:
+        expected = nms_reference(boxes, scores, thr)
+        report.check(f"{case} kept indices == reference", keep.cpu().tolist() == expected.tolist(),
+                     kept=int(keep.numel()))
+    if device == "cuda" and label in ("10k", "100k"):
+        target = TARGETS_MS[f"nms_{label}"]
+        report.check(f"{case} <= {target} ms", ours_ms <= target, ms=round(ours_ms, 4))
+
+
+# ---------------------------------------------------------------------------- main
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--json", metavar="PATH", help="write every figure and check here")
+    parser.add_argument("--iters", type=int, default=None, help="timed runs per case (median); default 50 cuda, 5 cpu")
+    parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile baselines")
+    parser.add_argument("--quick", action="store_true", help="small sizes on any device (smoke test)")
+    args = parser.parse_args(argv)
+    device = args.device
+    if device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: no CUDA device is available")
+    big = device == "cuda" and not args.quick
+    iters = args.iters or (50 if device == "cuda" else 5)
+    run = timer(device, iters, warmup=5 if device == "cuda" else 1)
+    compile_ = not args.no_compile
+
+    ws_n = (256 << 20) if big else (8 << 20)
+    rms_shape = (16384, 8192) if big else (1024, 4096)
+    nms_cases = [(10_000, "10k"), (100_000, "100k")] if big else [(2_000, "2k"), (10_000, "10k-cpu")]
+
+    env = {"device": device, "torch": torch.__version__, "opkiln": opkiln.__version__,
+           "python": platform.python_version(),
+           "gpu": torch.cuda.get_device_name() if device == "cuda" else platform.processor() or platform.machine(),
+           "threads": torch.get_num_threads(), "iters": iters, "timing": "cuda events, median" if device == "cuda"
+           else "perf_counter, median"}
+    print(f"opkiln kernel benchmark on {env['gpu']} ({device}), torch {env['torch']}, opkiln {env['opkiln']}")
+    report = Report(device)
+    bench_copy(report, run, device, ws_n)
+    bench_weighted_sum(report, run, device, ws_n, compile_)
+    bench_rms_norm(report, run, device, *rms_shape, compile_)
+    for n, label in nms_cases:
+        bench_nms(report, device, n, label, iters)
+
+    failed = [c["check"] for c in report.checks if not c["ok"]]
+    summary = {"environment": env, "copy_gb_per_s": round(report.copy_gbps or math.nan, 1), "targets_ms": TARGETS_MS,
+               "results": report.rows, "checks": report.checks, "all_checks_ok": not failed}
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(summary, fh, indent=2)
+        print(f"wrote {args.json}")
+    ok = len(report.checks) - len(failed)
+    print(f"{ok}/{len(report.checks)} checks ok" + (f"; failed: {failed}" if failed else ""))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
