@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import json
 import os
@@ -128,27 +129,25 @@ def _build_corpus(root: Path) -> Path:
     _cc(out / "libplain.so", src / "plain.c", HARDENED)
     _cc(out / "libtextrel.so", src / "textrel.c", ["-fPIC", "-Wl,-z,notext", "-Wl,-z,noexecstack"])
     _cc(out / "libexecstack.so", src / "plain.c", ["-fPIC", "-Wl,-z,execstack"])
-    _cc(out / f"leaky{PY_SUFFIX}", src / "leaky.c", PLAIN + ["-Wl,-rpath,$ORIGIN"])
+    _cc(out / f"leaky{PY_SUFFIX}", src / "leaky.c", [*PLAIN, "-Wl,-rpath,$ORIGIN"])
     _cc(out / "librpath.so", src / "plain.c", ["-fPIC", "-Wl,-z,noexecstack", "-Wl,--enable-new-dtags",
                                                "-Wl,-rpath,/opt/buildbot/lib:lib:$ORIGIN/../torch/lib"])
     # -g with an absolute source path under the build machine's /tmp: the path lands in DWARF.
-    _cc(out / "libbuildpath.so", src / "plain.c", HARDENED + ["-g"], absolute=True)
+    _cc(out / "libbuildpath.so", src / "plain.c", [*HARDENED, "-g"], absolute=True)
     _cc(out / "libundefined.so", src / "undefined.c", HARDENED)
     _cc(out / "sub" / "libdep.so", src / "dep.c", HARDENED)
     # Linked against sub/libdep.so, but no RUNPATH reaches sub/.
-    _cc(out / "libneedsdep.so", src / "needs_dep.c", HARDENED + [f"-L{out / 'sub'}", "-ldep"])
-    _cc(out / "libnewglibc.so", src / "newglibc.c", HARDENED + ["-pthread"])
-    _cc(out / "liboldabi.so", src / "abi.cpp", HARDENED[:-1] + ["-D_GLIBCXX_USE_CXX11_ABI=0"], "g++")
-    _cc(out / "libnewabi.so", src / "abi.cpp", HARDENED[:-1] + ["-D_GLIBCXX_USE_CXX11_ABI=1"], "g++")
+    _cc(out / "libneedsdep.so", src / "needs_dep.c", [*HARDENED, f"-L{out / 'sub'}", "-ldep"])
+    _cc(out / "libnewglibc.so", src / "newglibc.c", [*HARDENED, "-pthread"])
+    _cc(out / "liboldabi.so", src / "abi.cpp", [*HARDENED[:-1], "-D_GLIBCXX_USE_CXX11_ABI=0"], "g++")
+    _cc(out / "libnewabi.so", src / "abi.cpp", [*HARDENED[:-1], "-D_GLIBCXX_USE_CXX11_ABI=1"], "g++")
     _cc(out / "libregister.so", src / "register.cpp", HARDENED, "g++")
     _cc(out / "libregister_lazy.so", src / "register_lazy.cpp", HARDENED, "g++")
     # Everything wrong at once: text relocation, executable stack, absolute RPATH, exported helpers.
     _cc(out / "libcombo.so", src / "textrel.c", ["-fPIC", "-Wl,-z,notext", "-Wl,-z,execstack",
                                                  "-Wl,--enable-new-dtags", "-Wl,-rpath,/home/builder/lib"])
-    try:
+    with contextlib.suppress(subprocess.CalledProcessError):
         _cc(out / "libf32.so", src / "f32.c", ["-m32", "-nostdlib", "-fPIC"])
-    except subprocess.CalledProcessError:
-        pass
     if NVCC.exists():
         cuda = ["-Xcompiler", "-fPIC", "-Xlinker", "-z,noexecstack"]
         arches = {
@@ -191,8 +190,9 @@ def make_wheel(out_dir: Path, files: dict[str, bytes], *, name: str = "kilntest"
     metadata = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n" + "".join(
         f"Requires-Dist: {r}\n" for r in requires)
     members[f"{dist}/METADATA"] = metadata.encode()
-    members[f"{dist}/WHEEL"] = f"Wheel-Version: 1.0\nGenerator: kiln-tests\nRoot-Is-Purelib: false\nTag: {tag}\n".encode()
-    lines = [record_line(n, d) for n, d in sorted(members.items())] + [f"{dist}/RECORD,,"]
+    wheel_file = f"Wheel-Version: 1.0\nGenerator: kiln-tests\nRoot-Is-Purelib: false\nTag: {tag}\n"
+    members[f"{dist}/WHEEL"] = wheel_file.encode()
+    lines = [*(record_line(n, d) for n, d in sorted(members.items())), f"{dist}/RECORD,,"]
     if record:
         members[f"{dist}/RECORD"] = ("\n".join(lines) + "\n").encode()
     members.update(extra_members or {})

@@ -9,7 +9,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # for `import audit_corpus` in the test modules
 
-from audit_corpus import Corpus, build_corpus  # noqa: E402
+from audit_corpus import Corpus, build_corpus
 
 
 @pytest.fixture(scope="session")

@@ -132,7 +132,7 @@ class ElfLibrary:
 
     @cached_property
     def _dynamic_tags(self) -> list[tuple[str, Any]]:
-        dynamic = self.elf.get_section_by_name(".dynamic") or self._dynamic_segment()
+        dynamic: Any = self.elf.get_section_by_name(".dynamic") or self._dynamic_segment()
         tags: list[tuple[str, Any]] = []
         for tag in dynamic.iter_tags():
             kind = tag.entry.d_tag

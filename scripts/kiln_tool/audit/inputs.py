@@ -179,5 +179,6 @@ def _validate_members(path: Path, infos_list: list[zipfile.ZipInfo], limits: Lim
         total += info.file_size
         infos[member] = info
     if total > limits.max_total_bytes:
-        raise AuditInputError(f"{path}: unpacks to {_gib(total)}, more than the limit of {_gib(limits.max_total_bytes)}")
+        raise AuditInputError(f"{path}: unpacks to {_gib(total)}, more than the limit of "
+                              f"{_gib(limits.max_total_bytes)}")
     return infos

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import textwrap
 
-from .report import CHECK_IDS, AuditReport, CheckResult
+from .report import CHECK_IDS, AuditReport
 
 _WIDTH = 110
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import re
+from collections.abc import Callable
 from functools import cache
 
 from ..context import LibraryContext
@@ -19,7 +20,7 @@ _MAX_SHOWN = 5
 
 
 @cache
-def _demangler() -> ctypes.CFUNCTYPE | None:  # type: ignore[valid-type]
+def _demangler() -> Callable[[str], str | None] | None:
     try:
         libstdcxx = ctypes.CDLL(ctypes.util.find_library("stdc++") or "libstdc++.so.6")
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
@@ -40,7 +41,7 @@ def _demangler() -> ctypes.CFUNCTYPE | None:  # type: ignore[valid-type]
         finally:
             libc.free(pointer)
 
-    return run  # type: ignore[return-value]
+    return run
 
 
 def symbol_abi(name: str) -> int | None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import bisect
+import re
+from functools import cache
 
 from .. import fatbin
 from ..context import LibraryContext
@@ -21,17 +23,20 @@ def _string_at(data: bytes, start: int) -> str:
     return data[start:end].decode("ascii", errors="replace")
 
 
+@cache
+def _pattern(markers: tuple[bytes, ...]) -> re.Pattern[bytes]:
+    # One alternation: the regex engine scans 100 MB in tens of milliseconds, a find() per marker
+    # takes ten times longer.
+    return re.compile(b"|".join(re.escape(m) for m in sorted(markers, key=len, reverse=True)))
+
+
 def find_build_paths(data: bytes, markers: tuple[bytes, ...]) -> list[tuple[int, str]]:
     """(offset, path) of every marker that starts an absolute path followed by more path."""
     hits: dict[int, str] = {}
-    for marker in markers:
-        start = data.find(marker)
-        while start != -1:
-            after = start + len(marker)
-            if (start == 0 or data[start - 1] not in _PATH_BYTES) and after < len(data) \
-                    and data[after] in _PATH_BYTES:
-                hits.setdefault(start, _string_at(data, start))
-            start = data.find(marker, after)
+    for match in _pattern(markers).finditer(data):
+        start, after = match.start(), match.end()
+        if (start == 0 or data[start - 1] not in _PATH_BYTES) and after < len(data) and data[after] in _PATH_BYTES:
+            hits.setdefault(start, _string_at(data, start))
     return sorted(hits.items())
 
 

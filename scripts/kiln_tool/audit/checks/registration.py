@@ -10,7 +10,8 @@ from ..report import CheckResult, failed, passed
 _CRT_INIT_ENTRIES = 1
 _TORCH_NEEDED = re.compile(r"^lib(torch|torch_cpu|c10)\.so$")
 # Static functions TORCH_LIBRARY / STABLE_TORCH_LIBRARY expand to (in .symtab when not stripped).
-_DEF_INIT = re.compile(r"^(?:_ZL\d+)?(?:STABLE_)?TORCH_LIBRARY_init_([A-Za-z_][A-Za-z0-9_]*?)(?:RN5torch7LibraryE.*|PF.*)?$")
+_DEF_INIT = re.compile(
+    r"^(?:_ZL\d+)?(?:STABLE_)?TORCH_LIBRARY_init_([A-Za-z_][A-Za-z0-9_]*?)(?:RN5torch7LibraryE.*|PF.*)?$")
 
 
 def registration_refs(ctx: LibraryContext) -> list[str]:
@@ -83,4 +84,5 @@ def check_wheel(artifact: ArtifactContext) -> CheckResult | None:
                       "describes.")
     if not owners and not expected:
         return None
-    return passed("registration", "namespaces: " + ", ".join(f"{ns} ({libs[0]})" for ns, libs in sorted(owners.items())))
+    namespaces = ", ".join(f"{ns} ({libs[0]})" for ns, libs in sorted(owners.items()))
+    return passed("registration", f"namespaces: {namespaces}")

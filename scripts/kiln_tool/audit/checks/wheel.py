@@ -126,7 +126,8 @@ def check_wheel_tag(artifact: ArtifactContext) -> CheckResult:
                       "let the build name the wheel (scikit-build-core tags from the interpreter, the version's local "
                       "part and torch pin come from the torch built against), repair with auditwheel using "
                       "--plat at or above torch's manylinux floor, and never rename wheel files by hand.")
-    return passed("wheel-tag", "tags, version, torch pin and binaries agree" + (f" ({'; '.join(notes)})" if notes else ""))
+    suffix = f" ({'; '.join(notes)})" if notes else ""
+    return passed("wheel-tag", f"tags, version, torch pin and binaries agree{suffix}")
 
 
 def _pin_problems(requirement: str, build_torch: str, abi_mode: str) -> list[str]:
