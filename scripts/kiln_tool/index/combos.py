@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
@@ -84,8 +85,9 @@ class TorchCatalog:
         return cls(releases=tuple(sorted(releases.items())), pythons=tuple(matrix.python))
 
 
+@cache
 def combinations_for(abi_mode: str, cuda_tag: str, torch_major_minor: str, torch_requirement: str | None,
-                     catalog: TorchCatalog) -> set[Combination]:
+                     catalog: TorchCatalog) -> frozenset[Combination]:
     """The combinations one wheel is listed under.
 
     A per-torch wheel: its own. A stable-ABI wheel: also every torch release of the
@@ -93,11 +95,11 @@ def combinations_for(abi_mode: str, cuda_tag: str, torch_major_minor: str, torch
     """
     own = Combination(torch_major_minor, cuda_tag)
     if abi_mode != "stable" or not torch_requirement:
-        return {own}
+        return frozenset({own})
     try:
         spec = SpecifierSet(torch_requirement)
     except InvalidSpecifier:
-        return {own}
+        return frozenset({own})
     combos = {own}
     for text, variants in catalog.releases:
         try:
@@ -106,4 +108,4 @@ def combinations_for(abi_mode: str, cuda_tag: str, torch_major_minor: str, torch
             continue
         if cuda_tag in variants and spec.contains(version, prereleases=True):
             combos.add(Combination(f"{version.major}.{version.minor}", cuda_tag))
-    return combos
+    return frozenset(combos)

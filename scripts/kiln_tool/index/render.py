@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cache
 from html import escape
 from importlib import resources
 from string import Template
@@ -31,6 +32,7 @@ def wheel_href(prefix: str, wheel: PublishedWheel) -> str:
     return f"{prefix}{quote(wheel.filename, safe='')}#sha256={wheel.sha256}"
 
 
+@cache
 def anchor(prefix: str, wheel: PublishedWheel) -> str:
     """One link as PEP 503 / 658 / 714 describe it (pip reads the same attributes on find-links pages)."""
     attrs = [f'href="{_e(wheel_href(prefix, wheel))}"']

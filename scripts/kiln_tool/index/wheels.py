@@ -12,16 +12,17 @@ import hashlib
 import io
 import json
 import re
+import struct
 import zipfile
 import zlib
 from dataclasses import dataclass
-from email.errors import MessageError
+from functools import cache
 from pathlib import Path
 from typing import Any
 
-from packaging.metadata import parse_email
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.tags import Tag
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
@@ -66,8 +67,11 @@ class WheelInfo:
         return hashlib.sha256(self.metadata).hexdigest()
 
 
-def check_wheel_name(name: str) -> None:
-    """Refuse a file name that is not a safe, parsable wheel name."""
+ParsedName = tuple[str, Version, tuple[()] | tuple[int, str], frozenset[Tag]]
+
+
+def check_wheel_name(name: str) -> ParsedName:
+    """Refuse a file name that is not a safe, parsable wheel name; return its parts."""
     if not name.endswith(".whl"):
         raise IndexInputError(f"{name!r}: not a wheel (only *.whl files belong in the wheel directory)")
     if len(name) > MAX_NAME_LENGTH or not SAFE_WHEEL_NAME.fullmatch(name):
@@ -76,7 +80,7 @@ def check_wheel_name(name: str) -> None:
             "(allowed: letters, digits, '.', '_', '+', '-')"
         )
     try:
-        parse_wheel_filename(name)
+        return parse_wheel_filename(name)
     except (InvalidWheelFilename, InvalidVersion) as exc:
         raise IndexInputError(f"{name!r}: unparsable wheel name: {exc}") from None
 
@@ -92,35 +96,35 @@ def file_sha256(path: Path) -> tuple[str, int]:
 
 
 def read_wheel(path: Path) -> WheelInfo:
-    """Inspect ``path`` and return its :class:`WheelInfo`; :class:`IndexInputError` if unusable."""
-    name = path.name
-    check_wheel_name(name)
-    dist_name, dist_version, _build, tags = parse_wheel_filename(name)
-    project = canonicalize_name(dist_name)
+    """Inspect the wheel at ``path``; :class:`IndexInputError` if it is unusable."""
+    parsed = check_wheel_name(path.name)
+    data = path.read_bytes()
+    return inspect_wheel(path.name, parsed, data, hashlib.sha256(data).hexdigest(), len(data))
 
-    size = path.stat().st_size
-    if size <= 1 << 24:
-        # Small wheels (the common case, and all 10,000 of the benchmark) are read once.
-        data = path.read_bytes()
-        sha256 = hashlib.sha256(data).hexdigest()
-        size = len(data)
-        source: Path | io.BytesIO = io.BytesIO(data)
-    else:
-        sha256, size = file_sha256(path)
-        source = path
+
+def inspect_wheel(name: str, parsed: ParsedName, source: bytes | Path, sha256: str, size: int) -> WheelInfo:
+    """Check a wheel whose name passed :func:`check_wheel_name` and whose bytes hash to ``sha256``.
+
+    ``source`` is the wheel's bytes, or a path to a private copy of them (large wheels).
+    """
+    dist_name, dist_version, _build, tags = parsed
+    project = canonicalize_name(dist_name)
     try:
-        with zipfile.ZipFile(source) as zf:
-            broken = zf.testzip()
-            if broken is not None:
-                raise IndexInputError(f"{name}: corrupt wheel (bad CRC in {broken!r})")
+        with zipfile.ZipFile(io.BytesIO(source) if isinstance(source, bytes) else source) as zf:
             members = set(zf.namelist())
             metadata_name = _find_metadata(name, members)
-            metadata = zf.read(metadata_name)
-            module = project.replace("-", "_")
-            info_name = f"{module}/_build_info.json"
+            info_name = f"{project.replace('-', '_')}/_build_info.json"
             if info_name not in members:
                 raise IndexInputError(f"{name}: no {info_name} (not a wheel built by kiln)")
-            build_info = _parse_build_info(name, zf.read(info_name))
+            wanted = (metadata_name, info_name)
+            if isinstance(source, bytes):
+                broken, contents = _verify_crcs(zf, source, wanted)
+            else:
+                broken, contents = zf.testzip(), {member: zf.read(member) for member in wanted}
+            if broken is not None:
+                raise IndexInputError(f"{name}: corrupt wheel (bad CRC in {broken!r})")
+            metadata = contents[metadata_name]
+            build_info = _parse_build_info(name, contents[info_name])
     except (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, EOFError, OSError, ValueError,
             NotImplementedError) as exc:
         raise IndexInputError(f"{name}: corrupt wheel (not a readable zip: {exc})") from None
@@ -128,7 +132,7 @@ def read_wheel(path: Path) -> WheelInfo:
     fields = _parse_metadata(name, metadata)
     if canonicalize_name(fields["name"]) != project:
         raise IndexInputError(f"{name}: METADATA names project {fields['name']!r}, the file name {dist_name!r}")
-    if Version(fields["version"]) != dist_version:
+    if _version(fields["version"]) != dist_version:
         raise IndexInputError(f"{name}: METADATA has version {fields['version']}, the file name {dist_version}")
     if build_info["opkiln_version"] != fields["version"]:
         raise IndexInputError(
@@ -157,6 +161,39 @@ def read_wheel(path: Path) -> WheelInfo:
     )
 
 
+_LOCAL_HEADER = struct.Struct("<4s22xHH")
+
+
+def _verify_crcs(zf: zipfile.ZipFile, data: bytes, wanted: tuple[str, ...]) -> tuple[str | None, dict[str, bytes]]:
+    """zipfile's testzip() for a wheel held in memory, without its per-member stream machinery.
+
+    Returns the first member whose bytes do not match its CRC (like testzip()), and the
+    contents of the ``wanted`` members.
+    """
+    view = memoryview(data)
+    contents: dict[str, bytes] = {}
+    for info in zf.infolist():
+        if info.flag_bits & 0x1:
+            raise zipfile.BadZipFile(f"{info.filename!r} is encrypted")
+        if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+            content = zf.read(info)  # zipfile checks the CRC of other methods itself
+        else:
+            start = info.header_offset
+            magic, name_len, extra_len = _LOCAL_HEADER.unpack_from(view, start)
+            if magic != b"PK\x03\x04":
+                raise zipfile.BadZipFile(f"bad local header for {info.filename!r}")
+            begin = start + _LOCAL_HEADER.size + name_len + extra_len
+            raw = view[begin:begin + info.compress_size]
+            if len(raw) != info.compress_size:
+                raise zipfile.BadZipFile(f"{info.filename!r} is truncated")
+            content = zlib.decompress(raw, -15) if info.compress_type == zipfile.ZIP_DEFLATED else bytes(raw)
+            if len(content) != info.file_size or zlib.crc32(content) != info.CRC:
+                return info.filename, contents
+        if info.filename in wanted:
+            contents[info.filename] = content
+    return None, contents
+
+
 def _find_metadata(name: str, members: set[str]) -> str:
     candidates = sorted(m for m in members if re.fullmatch(r"[^/]+\.dist-info/METADATA", m))
     if not candidates:
@@ -166,29 +203,62 @@ def _find_metadata(name: str, members: set[str]) -> str:
     return candidates[0]
 
 
+def metadata_headers(raw: bytes) -> dict[str, list[str]]:
+    """The header block of a core metadata file (RFC 822 style), keys lower-cased; continuation lines joined."""
+    text = raw.decode("utf-8").replace("\r\n", "\n")
+    head = text.split("\n\n", 1)[0] if not text.startswith("\n") else ""
+    headers: dict[str, list[str]] = {}
+    key: str | None = None
+    for line in head.split("\n"):
+        if line[:1] in (" ", "\t") and key is not None:
+            headers[key][-1] += "\n" + line
+            continue
+        field, sep, value = line.partition(":")
+        if not sep or not field or field != field.strip():
+            raise ValueError(f"not a header line: {line[:60]!r}")
+        key = field.lower()
+        headers.setdefault(key, []).append(value.strip())
+    return headers
+
+
+@cache
+def _version(text: str) -> Version:
+    return Version(text)
+
+
+@cache
+def _requirement(line: str) -> Requirement:
+    return Requirement(line)
+
+
+@cache
+def _specifier(text: str) -> SpecifierSet:
+    return SpecifierSet(text)
+
+
 def _parse_metadata(name: str, raw: bytes) -> dict[str, Any]:
     try:
-        parsed, _unparsed = parse_email(raw)
-    except (MessageError, UnicodeDecodeError, ValueError) as exc:
+        headers = metadata_headers(raw)
+    except (UnicodeDecodeError, ValueError) as exc:
         raise IndexInputError(f"{name}: unreadable METADATA: {exc}") from None
-    meta_name = parsed.get("name")
-    meta_version = parsed.get("version")
+    meta_name = (headers.get("name") or [""])[0]
+    meta_version = (headers.get("version") or [""])[0]
     if not meta_name or not meta_version:
         raise IndexInputError(f"{name}: METADATA lacks Name or Version")
     try:
-        Version(meta_version)
+        _version(meta_version)
     except InvalidVersion:
         raise IndexInputError(f"{name}: METADATA has an invalid Version {meta_version!r}") from None
-    requires_python = parsed.get("requires_python")
+    requires_python = (headers.get("requires-python") or [None])[0]
     if requires_python is not None:
         try:
-            SpecifierSet(requires_python)
+            _specifier(requires_python)
         except InvalidSpecifier:
             raise IndexInputError(f"{name}: METADATA has an invalid Requires-Python {requires_python!r}") from None
     torch_spec: str | None = None
-    for line in parsed.get("requires_dist", []):
+    for line in headers.get("requires-dist", []):
         try:
-            req = Requirement(line)
+            req = _requirement(line)
         except InvalidRequirement:
             raise IndexInputError(f"{name}: METADATA has an invalid Requires-Dist {line!r}") from None
         if canonicalize_name(req.name) == "torch" and req.marker is None:

@@ -5,7 +5,7 @@
   var base = data.base_url || new URL(".", document.baseURI).href;
   var $ = function (id) { return document.getElementById(id); };
   var torch = $("torch"), cuda = $("cuda"), python = $("python");
-  var command = $("command"), note = $("note");
+  var command = $("command"), commandUv = $("command-uv"), note = $("note");
 
   function absolute(page) { return new URL(page, base).href; }
   function cudaLabel(tag) {
@@ -18,10 +18,12 @@
     }
     return null;
   }
-  function show(text, ok) {
+  function show(text, ok, uvText) {
     command.textContent = text;
     command.classList.toggle("unavailable", !ok);
     $("copy").hidden = !ok;
+    commandUv.textContent = uvText || "";
+    $("uv-box").hidden = !ok;
   }
   function update() {
     var combo = find(torch.value, cuda.value);
@@ -42,10 +44,11 @@
       note.textContent = "Python versions with a wheel here: " + Object.keys(combo.pythons).join(", ") + ".";
       return;
     }
-    show("python" + python.value + " -m pip install " + data.project + " -f " + absolute(combo.page), true);
+    var url = absolute(combo.page);
+    show("python" + python.value + " -m pip install " + data.project + " -f " + url, true,
+      "uv pip install --python " + python.value + " " + data.project + " -f " + url);
     note.textContent = "Needs PyTorch " + combo.torch + " (" + cudaLabel(combo.cuda) + " build) installed first. " +
-      "Wheels for " + platforms.join(", ") + ". With uv: uv pip install --python " + python.value + " " +
-      data.project + " -f " + absolute(combo.page);
+      "Wheels for " + platforms.join(", ") + ".";
   }
 
   var cmds = document.querySelectorAll("code.cmd[data-page]");
