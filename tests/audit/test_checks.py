@@ -229,3 +229,19 @@ def test_wheel_tag_torch_pin_and_floor(corpus: Corpus, tmp_path: Path) -> None:
     assert not check.ok
     assert f"allows torch {major}.{int(minor) + 1}.0" in check.detail
     assert "manylinux_2_17_x86_64 is below manylinux_2_28" in check.detail
+
+
+def test_version_need_without_needed_entry(corpus: Corpus) -> None:
+    check = checks_of(corpus["libneedsver.so"])["undefined-symbols"]
+    assert not check.ok
+    assert "version needs name libraries missing from DT_NEEDED: libdepv.so" in check.detail
+    assert "kiln_dep@KILN_1.0" in check.detail
+
+
+def test_interpreter_symbols_are_provided_to_extension_modules(corpus: Corpus) -> None:
+    module = corpus[f"clean{PY_SUFFIX}"]
+    checks = checks_of(module)
+    assert checks["undefined-symbols"].ok, checks["undefined-symbols"].detail
+    from kiln_tool.audit.elf import ElfLibrary
+
+    assert any(s.name == "PyLong_FromLong" and not s.defined for s in ElfLibrary.open(module).dynamic_symbols)

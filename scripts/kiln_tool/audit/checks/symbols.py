@@ -41,9 +41,13 @@ def check_undefined_symbols(ctx: LibraryContext) -> CheckResult:
     resolver = ctx.artifact.resolver
     problems: list[str] = []
     missing_libs: list[str] = []
+    resolved: list[str] = []
     for name in lib.needed:
-        if resolver.find(name, ctx.location, lib) is None:
+        found = resolver.find(name, ctx.location, lib)
+        if found is None:
             missing_libs.append(name)
+        else:
+            resolved.append(f"{name} from {found.location.describe()} ({found.via})")
     if missing_libs:
         problems.append(f"needed libraries not found in the installed layout: {_sample(missing_libs)}")
     stray = sorted(set(lib.version_needs) - set(lib.needed))
@@ -74,7 +78,7 @@ def check_undefined_symbols(ctx: LibraryContext) -> CheckResult:
                       "link every library whose symbols you use (and nothing else) with $ORIGIN-relative RUNPATHs; "
                       "build against exactly the torch the wheel pins (a symbol missing from it means another torch "
                       "version's headers); pass --torch-lib DIR to audit against another torch.")
-    return passed("undefined-symbols", f"all {len(lib.needed)} needed libraries found, every symbol resolved")
+    return passed("undefined-symbols", f"every symbol resolved; needed: {'; '.join(resolved) or 'none'}")
 
 
 def check_symbol_versions(ctx: LibraryContext) -> CheckResult:
