@@ -14,7 +14,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     what = parser.add_mutually_exclusive_group()
     what.add_argument("--github", action="store_true",
                       help='GitHub Actions matrix: {"include": [...]} on one line (for $GITHUB_OUTPUT)')
-    what.add_argument("--json", action="store_true", help="the selected jobs (or --local builds) as a JSON list")
+    what.add_argument("--json", action="store_true", help="the selected jobs as an indented JSON list")
     what.add_argument("--local", action="store_true", help="only the combinations this machine can build")
     what.add_argument("--counts", action="store_true", help="jobs and wheels of both modes over the full matrix")
     what.add_argument("--docker-args", nargs=2, metavar=("VARIANT", "PLATFORM"),
