@@ -2,7 +2,7 @@
 # Debian packages the build and the tests use. Idempotent; needs root (CI and
 # these dev machines run as root). Elsewhere, install them by hand.
 set -euo pipefail
-packages=(ccache chromium chromium-driver)
+packages=(ccache chromium chromium-driver diffoscope-minimal)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

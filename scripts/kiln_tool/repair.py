@@ -68,7 +68,8 @@ def _auditwheel(wheel: Path, out_dir: Path, plat: str) -> Path:
     for pattern in EXCLUDED_SONAMES:
         cmd += ["--exclude", pattern]
     cmd.append(str(wheel))
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    # A fixed umask: auditwheel records the modes of the folders it unpacks into.
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, umask=0o022)
     if proc.returncode != 0:
         raise RepairError(f"auditwheel repair --plat {plat} failed for {wheel.name}:\n{proc.stderr.strip()}")
     produced = sorted(out_dir.glob("*.whl"))

@@ -1,0 +1,55 @@
+"""`kiln repro`: build twice under varied conditions; exit 1 unless the wheels are byte-identical."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+HELP = "build a combination twice (other path, umask, locale, TZ, listing order) and compare the wheels"
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--variant", default="cpu", help="local combination by CUDA tag: cpu (default) or cu130")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.add_argument("--keep", type=Path, default=None, help="on a difference, copy both wheels here")
+
+
+def execute(args: argparse.Namespace) -> int:
+    from ..build_env import REPO_ROOT, BuildEnvError
+    from ..matrix_data import local_builds
+    from ..pipeline import PipelineError
+    from ..repro import run_repro
+
+    specs = [s for s in local_builds() if s.cuda == args.variant]
+    if not specs:
+        print(f"kiln repro: no local combination with CUDA tag {args.variant!r}", file=sys.stderr)
+        return 2
+    try:
+        result = run_repro(specs[0], REPO_ROOT / "build" / "logs", args.keep)
+    except (PipelineError, BuildEnvError) as exc:
+        print(f"kiln repro: {exc}", file=sys.stderr)
+        return 2
+    doc = {
+        "combination": result.spec.name,
+        "identical": result.identical,
+        "builds": [{"condition": b.condition, "wheel": b.repaired.name, "built_sha256": b.built_sha256,
+                    "repaired_sha256": b.repaired_sha256} for b in result.builds],
+        "differences": result.differences,
+    }
+    if args.json:
+        print(json.dumps(doc, indent=2))
+    else:
+        for b in result.builds:
+            print(f"{b.condition}: {b.repaired.name}  sha256 {b.repaired_sha256}")
+        if result.identical:
+            print(f"reproducible: both builds of {result.spec.name} are byte-identical")
+        else:
+            print(f"NOT reproducible: {result.spec.name}")
+            print("\n".join(result.differences))
+            if result.diffoscope:
+                print("\ndiffoscope:\n" + result.diffoscope)
+            else:
+                print("\n(install diffoscope for a full report: apt-get install diffoscope-minimal)")
+    return 0 if result.identical else 1

@@ -1,0 +1,189 @@
+"""Build the same sources twice under different conditions and compare the wheels byte for byte.
+
+The two builds differ in: absolute source and build directory (and the
+filesystem: ext4 vs tmpfs, so directory listing order differs too), the order
+in which source files were created, umask, locale, time zone and wall-clock
+time. Both use SOURCE_DATE_EPOCH from the commit and no compiler cache, and
+both wheels go through the same auditwheel repair as releases do.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import shutil
+import subprocess
+import tempfile
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .build_env import REPO_ROOT, ensure_build_env
+from .matrix_data import BuildSpec
+from .pipeline import PipelineError, build_wheel, source_date_epoch
+from .repair import repair_wheel
+
+
+@dataclass(frozen=True)
+class Condition:
+    name: str
+    root: Path
+    umask: int
+    env: dict[str, str]
+    reverse_copy: bool
+
+
+def conditions(base_a: Path, base_b: Path) -> tuple[Condition, Condition]:
+    return (
+        Condition("a", base_a / "src", 0o022, {"TZ": "UTC", "LC_ALL": "C.UTF-8", "LANG": "C.UTF-8"}, False),
+        Condition("b", base_b / "a" / "much" / "deeper" / "checkout", 0o077,
+                  {"TZ": "Pacific/Chatham", "LC_ALL": "POSIX", "LANG": "fr_FR.UTF-8"}, True),
+    )
+
+
+def source_files(repo: Path = REPO_ROOT) -> list[str]:
+    out = subprocess.run(["git", "-C", str(repo), "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
+                         capture_output=True, check=True)
+    return sorted(p for p in out.stdout.decode().split("\0") if p and (repo / p).is_file())
+
+
+def git_commit(repo: Path = REPO_ROOT) -> str:
+    out = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True)
+    return out.stdout.strip() or "unknown"
+
+
+def copy_tree(files: list[str], dest: Path, reverse: bool, repo: Path = REPO_ROOT) -> None:
+    for rel in (reversed(files) if reverse else files):
+        target = dest / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(repo / rel, target)
+
+
+@dataclass
+class Build:
+    condition: str
+    built: Path
+    repaired: Path
+    built_sha256: str = ""
+    repaired_sha256: str = ""
+
+    def __post_init__(self) -> None:
+        self.built_sha256 = self.built_sha256 or sha256(self.built)
+        self.repaired_sha256 = self.repaired_sha256 or sha256(self.repaired)
+
+    def digests(self) -> tuple[str, str]:
+        return self.built_sha256, self.repaired_sha256
+
+
+@dataclass
+class ReproResult:
+    spec: BuildSpec
+    builds: list[Build] = field(default_factory=list)
+    differences: list[str] = field(default_factory=list)
+    diffoscope: str | None = None
+
+    @property
+    def identical(self) -> bool:
+        a, b = self.builds
+        return a.digests() == b.digests()
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def build_once(spec: BuildSpec, python: Path, condition: Condition, out: Path, log: Path, commit: str,
+               epoch: str) -> Build:
+    old_umask = os.umask(condition.umask)
+    try:
+        env = {**condition.env, "OPKILN_CCACHE": "0", "OPKILN_GIT_COMMIT": commit,
+               "SOURCE_DATE_EPOCH": epoch}
+        built = build_wheel(python, spec, out / "built", log, condition.root / "build", env, source=condition.root)
+        saved = dict(os.environ)
+        os.environ.update(env)
+        try:
+            repaired = repair_wheel(built, out / "repaired")
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+    finally:
+        os.umask(old_umask)
+    return Build(condition.name, built, repaired)
+
+
+def explain_difference(a: Path, b: Path) -> list[str]:
+    """Which zip members differ, and for ELF members which sections."""
+    lines: list[str] = []
+    with zipfile.ZipFile(a) as za, zipfile.ZipFile(b) as zb:
+        ia = {i.filename: i for i in za.infolist()}
+        ib = {i.filename: i for i in zb.infolist()}
+        if list(ia) != list(ib):
+            lines.append(f"member lists differ: {sorted(set(ia) ^ set(ib)) or 'same names, different order'}")
+        for name in sorted(set(ia) & set(ib)):
+            x, y = ia[name], ib[name]
+            if (x.date_time, x.external_attr) != (y.date_time, y.external_attr):
+                lines.append(f"{name}: zip metadata differs (time {x.date_time} vs {y.date_time}, "
+                             f"mode {x.external_attr >> 16:o} vs {y.external_attr >> 16:o})")
+            da, db = za.read(name), zb.read(name)
+            if da != db:
+                lines.append(f"{name}: contents differ ({len(da)} vs {len(db)} bytes)")
+                if da[:4] == b"\x7fELF" and db[:4] == b"\x7fELF":
+                    lines += [f"  section {s}" for s in _elf_section_diff(da, db)]
+    return lines
+
+
+def _elf_section_diff(a: bytes, b: bytes) -> list[str]:
+    from elftools.elf.elffile import ELFFile
+
+    ea, eb = ELFFile(io.BytesIO(a)), ELFFile(io.BytesIO(b))
+    sa = {s.name: s.data() for s in ea.iter_sections() if s.header["sh_type"] != "SHT_NOBITS"}
+    sb = {s.name: s.data() for s in eb.iter_sections() if s.header["sh_type"] != "SHT_NOBITS"}
+    return [f"{n} ({len(sa.get(n, b''))} vs {len(sb.get(n, b''))} bytes)" for n in sorted(set(sa) | set(sb))
+            if sa.get(n) != sb.get(n)]
+
+
+def diffoscope(a: Path, b: Path, max_lines: int = 120) -> str | None:
+    exe = shutil.which("diffoscope")
+    if exe is None:
+        return None
+    proc = subprocess.run([exe, "--no-progress", "--text", "-", str(a), str(b)], capture_output=True, text=True)
+    return "\n".join(proc.stdout.splitlines()[:max_lines])
+
+
+def run_repro(spec: BuildSpec, logs: Path, keep: Path | None = None) -> ReproResult:
+    logs.mkdir(parents=True, exist_ok=True)
+    log = logs / f"repro-{spec.name}.log"
+    log.write_text("")
+    python = ensure_build_env(spec, log)
+    files = source_files()
+    commit = git_commit()
+    epoch = source_date_epoch()
+    result = ReproResult(spec)
+    shm = Path("/dev/shm")  # noqa: S108 - a tmpfs on purpose: another filesystem, another listing order
+    with tempfile.TemporaryDirectory(prefix="kiln-repro-a-") as ta, \
+            tempfile.TemporaryDirectory(prefix="kiln-repro-b-", dir=shm if shm.is_dir() else None) as tb:
+        both = conditions(Path(ta), Path(tb))
+        for condition in both:  # copy both trees before building: the same snapshot of the sources
+            copy_tree(files, condition.root, condition.reverse_copy)
+        for condition in both:
+            out = Path(ta if condition.name == "a" else tb) / "out"
+            try:
+                result.builds.append(build_once(spec, python, condition, out, log, commit, epoch))
+            except PipelineError as exc:
+                raise PipelineError("repro", f"build {condition.name} failed: {exc}") from exc
+        if not result.identical:
+            a, b = result.builds
+            for label, x, y in (("built", a.built, b.built), ("repaired", a.repaired, b.repaired)):
+                if sha256(x) != sha256(y):
+                    result.differences.append(f"{label} wheels differ:")
+                    result.differences += ["  " + line for line in explain_difference(x, y)]
+            result.diffoscope = diffoscope(a.repaired, b.repaired)
+            if keep is not None:
+                keep.mkdir(parents=True, exist_ok=True)
+                for build in result.builds:
+                    shutil.copy2(build.repaired, keep / f"{build.condition}-{build.repaired.name}")
+        for build in result.builds:  # the temporary folders go away: keep names and digests
+            build.built = Path(build.built.name)
+            build.repaired = Path(build.repaired.name)
+    return result
