@@ -94,6 +94,10 @@ __global__ void twice(float* x, int n) { int i = blockIdx.x * blockDim.x + threa
 extern "C" void kiln_launch(float* x, int n) { twice<<<(n + 255) / 256, 256>>>(x, n); }
 """,
     "f32.c": "int kiln_f32(void) { return 32; }\n",
+    "cudart.c": """
+extern int cudaGetDeviceCount(int *count);
+int kiln_devices(void) { int n = 0; return cudaGetDeviceCount(&n) ? -1 : n; }
+""",
 }
 
 HARDENED = ["-fPIC", "-O1", "-fvisibility=hidden", "-Wl,-z,noexecstack", "-Wl,-z,text", "-Wl,--enable-new-dtags",
@@ -133,7 +137,7 @@ def _build_corpus(root: Path) -> Path:
     _cc(out / "libexecstack.so", src / "plain.c", ["-fPIC", "-Wl,-z,execstack"])
     _cc(out / f"leaky{PY_SUFFIX}", src / "leaky.c", [*PLAIN, "-Wl,-rpath,$ORIGIN"])
     _cc(out / "librpath.so", src / "plain.c", ["-fPIC", "-Wl,-z,noexecstack", "-Wl,--enable-new-dtags",
-                                               "-Wl,-rpath,/opt/buildbot/lib:lib:$ORIGIN/../torch/lib"])
+                                               "-Wl,-rpath,/opt/buildbot/lib:lib::$ORIGIN/../torch/lib"])
     # -g with an absolute source path under the build machine's /tmp: the path lands in DWARF.
     _cc(out / "libbuildpath.so", src / "plain.c", [*HARDENED, "-g"], absolute=True)
     _cc(out / "libundefined.so", src / "undefined.c", HARDENED)
@@ -156,6 +160,9 @@ def _build_corpus(root: Path) -> Path:
                                                  "-Wl,--enable-new-dtags", "-Wl,-rpath,/home/builder/lib"])
     with contextlib.suppress(subprocess.CalledProcessError):
         _cc(out / "libf32.so", src / "f32.c", ["-m32", "-nostdlib", "-fPIC"])
+    cuda_lib = NVCC.parent.parent / "lib64"
+    if (cuda_lib / "libcudart.so").exists():
+        _cc(out / "libcudart_user.so", src / "cudart.c", [*HARDENED, f"-L{cuda_lib}", "-lcudart"])
     if NVCC.exists():
         cuda = ["-Xcompiler", "-fPIC", "-Xlinker", "-z,noexecstack"]
         arches = {

@@ -56,6 +56,7 @@ def test_rpath_absolute_and_relative(corpus: Corpus) -> None:
     assert not check.ok
     assert "'/opt/buildbot/lib' is absolute" in check.detail
     assert "'lib' is relative to the current working directory" in check.detail
+    assert "RUNPATH has an empty entry" in check.detail
     assert "$ORIGIN/../torch/lib" not in check.detail
 
 
@@ -245,3 +246,14 @@ def test_interpreter_symbols_are_provided_to_extension_modules(corpus: Corpus) -
     from kiln_tool.audit.elf import ElfLibrary
 
     assert any(s.name == "PyLong_FromLong" and not s.defined for s in ElfLibrary.open(module).dynamic_symbols)
+
+
+def test_wheel_tag_cuda_runtime_against_build_info(corpus: Corpus, tmp_path: Path) -> None:
+    lib = corpus["libcudart_user.so"].read_bytes()
+    cpu = make_wheel(tmp_path, {"kilntest/libcudart_user.so": lib}, build_info={"cuda": None})
+    check = {c.id: c for c in audit_paths([cpu]).artifacts[0].checks}["wheel-tag"]
+    assert not check.ok and "a CPU build (build info cuda: null) whose binaries need libcudart.so.13" in check.detail
+    (other := tmp_path / "cu128").mkdir()
+    cu128 = make_wheel(other, {"kilntest/libcudart_user.so": lib}, build_info={"cuda": "12.8"})
+    check = {c.id: c for c in audit_paths([cu128]).artifacts[0].checks}["wheel-tag"]
+    assert not check.ok and "built for CUDA 12.8 but the binaries need libcudart.so.13" in check.detail
