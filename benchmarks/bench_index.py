@@ -23,10 +23,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
-sys.path.insert(0, str(REPO / "tests" / "index"))
+sys.path.insert(0, str(REPO / "tests"))
 
-from synthetic_wheels import make_wheel  # noqa: E402
-
+from index.synthetic_wheels import make_wheel  # noqa: E402
 from kiln_tool.index import build_index  # noqa: E402
 from kiln_tool.index.combos import TorchCatalog  # noqa: E402
 

@@ -82,8 +82,8 @@ def normalize_base_url(url: str | None) -> str | None:
     return url if url.endswith("/") else url + "/"
 
 
-def list_dist(dist: Path) -> list[tuple[Path, ParsedName]]:
-    """The wheels of ``dist`` (hidden entries, e.g. partial copies, are skipped); every bad name at once."""
+def list_dist(dist: Path) -> tuple[list[tuple[Path, ParsedName]], list[str]]:
+    """The wheels of ``dist`` (hidden files, e.g. partial copies, are skipped), and every bad name."""
     if not dist.is_dir():
         raise IndexInputError(f"{dist}: no such directory")
     wheels: list[tuple[Path, ParsedName]] = []
@@ -91,8 +91,8 @@ def list_dist(dist: Path) -> list[tuple[Path, ParsedName]]:
     with os.scandir(dist) as scan:
         entries = sorted(scan, key=lambda e: e.name)
     for entry in entries:
-        if entry.name.startswith("."):
-            continue
+        if entry.name.startswith(".") and not entry.name.endswith(".whl"):
+            continue  # e.g. `kiln wheels`' own .NAME.partial staging files
         if not entry.is_file():
             problems.append(f"{entry.name!r}: not a wheel file (only *.whl files belong in {dist})")
             continue
@@ -100,9 +100,7 @@ def list_dist(dist: Path) -> list[tuple[Path, ParsedName]]:
             wheels.append((dist / entry.name, check_wheel_name(entry.name)))
         except IndexInputError as exc:
             problems.append(str(exc))
-    if problems:
-        raise _unusable(dist, problems)
-    return wheels
+    return wheels, problems
 
 
 def _unusable(dist: Path, problems: list[str]) -> IndexInputError:
@@ -143,10 +141,10 @@ def build_index(dist: Path, out: Path, base_url: str | None = None, *, audit: Au
     if dist == out or out in dist.parents:
         raise IndexInputError(f"the wheel directory {dist} must not lie inside the output {out}")
 
-    paths = list_dist(dist)
+    paths, name_problems = list_dist(dist)
     with _locked(out):
         manifest = load_manifest(out) or Manifest(base_url=None, wheels={})
-        if not paths and not manifest.wheels:
+        if not paths and not name_problems and not manifest.wheels:
             raise IndexInputError(f"{dist} has no wheels and {out} has no index: nothing to publish")
         _check_published_files(out, manifest)
 
@@ -155,10 +153,10 @@ def build_index(dist: Path, out: Path, base_url: str | None = None, *, audit: Au
         try:
             wheel_dir = tmp / render.WHEEL_DIR
             wheel_dir.mkdir()
-            to_add, unchanged = _stage_new(dist, paths, out, manifest, wheel_dir)
+            to_add, unchanged = _stage_new(dist, paths, out, manifest, wheel_dir, name_problems)
             if audit is not None and to_add:
                 # The audit reads the very copies that get published, not DIST's files.
-                _audit_all(audit, [wheel_dir / w.filename for w in to_add], say)
+                _audit_all(audit, [(wheel_dir / w.filename, dist / w.filename) for w in to_add], say)
 
             published = {
                 name: entry.with_combos(combinations_for(entry.abi_mode, entry.cuda_tag, entry.torch_major_minor,
@@ -199,7 +197,7 @@ _SMALL_WHEEL = 1 << 24
 
 
 def _stage_new(dist: Path, paths: list[tuple[Path, ParsedName]], out: Path, manifest: Manifest,
-               wheel_dir: Path) -> tuple[list[WheelInfo], list[str]]:
+               wheel_dir: Path, name_problems: list[str]) -> tuple[list[WheelInfo], list[str]]:
     """Read each wheel of DIST once: compare it with what is published, check it, copy it into the new site.
 
     Returns the wheels to add and the names already published with the same bytes.
@@ -207,7 +205,7 @@ def _stage_new(dist: Path, paths: list[tuple[Path, ParsedName]], out: Path, mani
     """
     to_add: list[WheelInfo] = []
     unchanged: list[str] = []
-    problems: list[str] = []
+    problems: list[str] = list(name_problems)
     clashes: list[str] = []
     for path, parsed in paths:
         name = path.name
@@ -270,14 +268,16 @@ def _make_parents(directory: Path) -> list[Path]:
     return created
 
 
-def _audit_all(audit: Auditor, wheels: list[Path], say: Callable[[str], None]) -> None:
+def _audit_all(audit: Auditor, wheels: list[tuple[Path, Path]], say: Callable[[str], None]) -> None:
+    """Audit each staged copy; the report names the wheel of DIST it was copied from."""
     failures = []
-    for wheel in wheels:
-        ok, text = audit(wheel)
+    for staged, source in wheels:
+        ok, text = audit(staged)
         if ok:
-            say(f"audited {wheel.name}: ok")
+            say(f"audited {source.name}: ok")
         else:
-            failures.append(f"{wheel.name} failed the audit; not listed:\n{text.rstrip()}")
+            text = text.replace(str(staged), str(source)).rstrip()
+            failures.append(f"{source.name} failed the audit; not listed:\n{text}")
     if failures:
         raise AuditRefusedError("\n\n".join(failures))
 
