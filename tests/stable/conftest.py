@@ -1,0 +1,76 @@
+"""Fixtures of the stable-ABI tests: one CPU stable wheel, and fresh venvs to install it into.
+
+The wheel is built once per session into tests/_artifacts/stable-wheels (its own
+build dir, never dist/); the same file then goes into a venv with torch 2.13.0
+and one with torch 2.14.1.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+ARTIFACTS = REPO / "tests" / "_artifacts"
+STABLE_WHEELS = ARTIFACTS / "stable-wheels"
+CU130_VENV = REPO / ".venvs" / "torch2.14-cu130-py3.11"
+
+
+def build_stable_wheel(python: Path, variant: str, local: str, build_dir: Path) -> Path:
+    """Build the stable-ABI wheel of `variant` with `python`'s torch; return the one file it made."""
+    STABLE_WHEELS.mkdir(parents=True, exist_ok=True)
+    pattern = f"opkiln-*+{local}-cp310-abi3-*.whl"
+    for old in STABLE_WHEELS.glob(pattern):
+        old.unlink()
+    env = dict(os.environ, OPKILN_ABI_MODE="stable", OPKILN_VARIANT=variant)
+    env.setdefault("CMAKE_BUILD_PARALLEL_LEVEL", "2")
+    subprocess.run(
+        [str(python), "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-q", "-w", str(STABLE_WHEELS),
+         "-C", f"build-dir={build_dir}", str(REPO)],
+        check=True, env=env,
+    )
+    wheels = sorted(STABLE_WHEELS.glob(pattern))
+    assert len(wheels) == 1, f"expected one wheel matching {pattern}, found {[w.name for w in wheels]}"
+    return wheels[0]
+
+
+@pytest.fixture(scope="session")
+def stable_cpu_wheel() -> Path:
+    """The CPU stable-ABI wheel (opkiln-<v>+cpu-cp310-abi3-linux_x86_64.whl), built with the dev venv's torch."""
+    return build_stable_wheel(Path(sys.executable), "cpu", "cpu", ARTIFACTS / "build-stable-cpu")
+
+
+def _site_packages(venv: Path) -> Path:
+    return next((venv / "lib").glob("python3*/site-packages"))
+
+
+def make_test_venv(path: Path, torch: str) -> Path:
+    """A fresh venv with torch `torch` and pytest; returns its python.
+
+    2.13.0 is pip-installed (a CPU build from local disk); 2.14.1 is the CUDA build
+    venv's, seen through a .pth file instead of reinstalling 3.7 GB.
+    """
+    subprocess.run([sys.executable, "-m", "venv", str(path)], check=True)
+    python = path / "bin" / "python"
+    if torch == "2.14.1":
+        if not CU130_VENV.exists():
+            pytest.skip(f"{CU130_VENV} is missing (make wheels VARIANT=cu130 creates it)")
+        (_site_packages(path) / "torch_from_build_venv.pth").write_text(str(_site_packages(CU130_VENV)) + "\n")
+        subprocess.run([str(python), "-m", "pip", "install", "-q", "pytest"], check=True)
+    else:
+        subprocess.run([str(python), "-m", "pip", "install", "-q", f"torch=={torch}", "pytest"], check=True)
+    return python
+
+
+@pytest.fixture(scope="session", params=["2.13.0", "2.14.1"], ids=lambda v: f"torch{v}")
+def stable_venv(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
+                stable_cpu_wheel: Path) -> Path:
+    """Python of a fresh venv with one torch and the CPU stable wheel (the same file for every torch)."""
+    torch: str = request.param
+    python = make_test_venv(tmp_path_factory.mktemp(f"stable-torch{torch}") / "venv", torch)
+    subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", str(stable_cpu_wheel)], check=True)
+    return python
