@@ -202,13 +202,20 @@ def bench_rms_norm(report: Report, run: Callable[[Callable[[], object]], float],
 
 
 def random_boxes(n: int, device: str, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Detection-like boxes: corners uniform in a 1024 x 1024 image, sides uniform in [16, 128)."""
+    """Detection-like boxes: corners uniform in a 1024 x 1024 image, sides uniform in [16, 128), all on a
+    quarter-pixel grid so that every area and intersection is exact in float32 (no rounding decides a
+    comparison with torchvision); distinct scores (no ties, whose order torchvision leaves to its sort)."""
     g = torch.Generator().manual_seed(seed)
     xy = torch.rand(n, 2, generator=g) * 1024
     wh = 16 + torch.rand(n, 2, generator=g) * 112
-    boxes = torch.cat([xy, xy + wh], 1)
-    scores = torch.rand(n, generator=g)
+    boxes = (torch.cat([xy, xy + wh], 1) * 4).round() / 4
+    scores = torch.randperm(n, generator=g).float() / n
     return boxes.to(device), scores.to(device)
+
+
+def first_difference(got: list[int], expected: list[int]) -> dict[str, Any]:
+    pos = next((i for i, (a, b) in enumerate(zip(got, expected, strict=False)) if a != b), min(len(got), len(expected)))
+    return {"position": pos, "got": got[pos:pos + 5], "expected": expected[pos:pos + 5]}
 
 
 def nms_reference(boxes: torch.Tensor, scores: torch.Tensor, thr: float) -> torch.Tensor:
@@ -249,15 +256,16 @@ def bench_nms(report: Report, device: str, n: int, label: str, iters: int) -> No
             tv_ms = run(lambda: tv_ops.nms(boxes, scores, thr))
             expected = tv_ops.nms(boxes, scores, thr)
             report.add(case, "torchvision.ops.nms", tv_ms, kept=int(expected.numel()))
-            same = keep.cpu().tolist() == expected.cpu().tolist()
-            report.check(f"{case} kept indices == torchvision", same, kept=int(keep.numel()),
-                         torchvision_kept=int(expected.numel()))
+            got_list, exp_list = keep.cpu().tolist(), expected.cpu().tolist()
+            detail = {} if got_list == exp_list else {"first_difference": first_difference(got_list, exp_list)}
+            report.check(f"{case} kept indices == torchvision", got_list == exp_list, kept=len(got_list),
+                         torchvision_kept=len(exp_list), **detail)
         except Exception as exc:  # e.g. torchvision built for another torch: report, go on
             report.check(f"{case} torchvision comparison", False, error=f"{type(exc).__name__}: {exc}"[:300])
     elif n <= 20000:
-        expected = nms_reference(boxes, scores, thr)
-        report.check(f"{case} kept indices == reference", keep.cpu().tolist() == expected.tolist(),
-                     kept=int(keep.numel()))
+        got_list, exp_list = keep.cpu().tolist(), nms_reference(boxes, scores, thr).tolist()
+        detail = {} if got_list == exp_list else {"first_difference": first_difference(got_list, exp_list)}
+        report.check(f"{case} kept indices == reference", got_list == exp_list, kept=len(got_list), **detail)
     if device == "cuda" and label in ("10k", "100k"):
         target = TARGETS_MS[f"nms_{label}"]
         report.check(f"{case} <= {target} ms", ours_ms <= target, ms=round(ours_ms, 4))
