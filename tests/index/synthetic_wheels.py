@@ -31,7 +31,8 @@ def _write_zip(path: Path, files: dict[str, bytes]) -> None:
 
 def _with_record(files: dict[str, bytes], dist_info: str) -> dict[str, bytes]:
     record = f"{dist_info}/RECORD"
-    lines = [f"{name},{_record_hash(data)},{len(data)}" for name, data in files.items() if name != record]
+    lines = [f"{name},{_record_hash(data)},{len(data)}" for name, data in files.items()
+             if name != record and not name.endswith("/")]  # directory entries (auditwheel writes them) are not files
     lines.append(f"{record},,")
     return {**{k: v for k, v in files.items() if k != record}, record: ("\n".join(lines) + "\n").encode()}
 
@@ -123,4 +124,17 @@ def rezip(wheel: Path, directory: Path) -> Path:
         for info in src.infolist():
             dst.writestr(info, src.read(info), compress_type=zipfile.ZIP_DEFLATED, compresslevel=1)
         dst.comment = b"rebuilt"
+    return out
+
+
+def tamper(wheel: Path, directory: Path, member: str = "opkiln/__init__.py") -> Path:
+    """The same wheel with one member edited after the fact: its RECORD no longer matches."""
+    directory.mkdir(parents=True, exist_ok=True)
+    out = directory / wheel.name
+    with zipfile.ZipFile(wheel) as src, zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED) as dst:
+        for info in src.infolist():
+            data = src.read(info)
+            if info.filename == member:
+                data += b"\nimport os  # planted\n"
+            dst.writestr(info, data)
     return out
