@@ -257,3 +257,17 @@ def test_wheel_tag_cuda_runtime_against_build_info(corpus: Corpus, tmp_path: Pat
     cu128 = make_wheel(other, {"kilntest/libcudart_user.so": lib}, build_info={"cuda": "12.8"})
     check = {c.id: c for c in audit_paths([cu128]).artifacts[0].checks}["wheel-tag"]
     assert not check.ok and "built for CUDA 12.8 but the binaries need libcudart.so.13" in check.detail
+
+
+def test_damaged_version_table_is_reported_not_raised(corpus: Corpus, tmp_path: Path) -> None:
+    from kiln_tool.audit.elf import ElfLibrary
+
+    data = bytearray(corpus["libnewglibc.so"].read_bytes())
+    (offset, size) = next((o, s) for n, o, s in ElfLibrary.from_bytes(bytes(data), "x").allocated_sections()
+                          if n == ".gnu.version_r")
+    data[offset:offset + size] = bytes(size)
+    damaged = tmp_path / "libdamaged.so"
+    damaged.write_bytes(bytes(data))
+    result = run_kiln("audit", str(damaged))
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert "FAIL  elf-valid" in result.stdout and "corrupt ELF" in result.stdout

@@ -40,6 +40,10 @@ class ElfInvalid(ValueError):
     """Not a complete ELF shared object of the expected kind; the message says why."""
 
 
+# What pyelftools raises on damaged structures it reads lazily.
+CORRUPT_ELF_ERRORS = (ELFError, struct.error, EOFError, UnicodeDecodeError, IndexError, KeyError)
+
+
 @dataclass(frozen=True)
 class DynSymbol:
     """One .dynsym entry with its GNU symbol version."""
@@ -94,7 +98,7 @@ class ElfLibrary:
             self.machine = str(self.elf.header["e_machine"])
         except ElfInvalid:
             raise
-        except (ELFError, struct.error, ValueError, KeyError, OSError, EOFError) as exc:
+        except (*CORRUPT_ELF_ERRORS, ValueError, OSError) as exc:
             raise ElfInvalid(f"corrupt or truncated ELF: {exc}") from exc
         if elf_type != "ET_DYN":
             raise ElfInvalid(f"an ELF of type {elf_type}, not a shared object (ET_DYN)")

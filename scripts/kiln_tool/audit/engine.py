@@ -11,7 +11,7 @@ from . import inputs
 from .archs import parse_arch_list
 from .checks import abi, build_paths, cuda, exports, hardening, registration, symbols, wheel
 from .context import ArtifactContext, LibraryContext
-from .elf import ElfInvalid, ElfLibrary
+from .elf import CORRUPT_ELF_ERRORS, ElfInvalid, ElfLibrary
 from .errors import AuditInputError
 from .policy import (
     DEFAULT_POLICY,
@@ -119,8 +119,15 @@ def _audit_libraries(artifact: ArtifactContext, members: list[tuple[str, Locatio
         opened[member] = lib
         lib_report.checks.append(_passed_elf(lib))
         ctx = LibraryContext(member=member, location=location, lib=lib, data=data, artifact=artifact)
+        try:
+            _check_library(ctx, lib_report)
+        except CORRUPT_ELF_ERRORS as exc:
+            # A structure pyelftools reads lazily (version tables, symbols) is damaged.
+            lib_report.checks = []
+            lib_report.cuda_manifest = None
+            _elf_valid(lib_report, ElfInvalid(f"corrupt ELF: {exc}"), member)
+            continue
         artifact.libraries.append(ctx)
-        _check_library(ctx, lib_report)
 
 
 def _passed_elf(lib: ElfLibrary) -> CheckResult:

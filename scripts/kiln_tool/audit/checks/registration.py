@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from ..context import ArtifactContext, LibraryContext
+from ..elf import CORRUPT_ELF_ERRORS
 from ..report import CheckResult, failed, passed
 
 _CRT_INIT_ENTRIES = 1
@@ -27,7 +28,11 @@ def defined_namespaces(ctx: LibraryContext) -> set[str]:
     takes (the namespace string itself is often folded into immediate stores by the compiler).
     """
     namespaces = set()
-    for name in ctx.lib.static_symbol_names():
+    try:
+        static_names = ctx.lib.static_symbol_names()
+    except CORRUPT_ELF_ERRORS:
+        static_names = []  # a damaged .symtab: fall back to the build info, as for stripped libraries
+    for name in static_names:
         match = _DEF_INIT.match(name)
         if match:
             namespaces.add(match[1])
