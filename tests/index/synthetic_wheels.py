@@ -58,7 +58,7 @@ def make_wheel(directory: Path, *, name: str = "opkiln", version: str = "0.1.0+p
     abi = abi_tag or ("abi3" if abi_mode == "stable" else python_tag)
     dist = f"{name}-{version}"
     filename = filename or f"{dist}-{python_tag}-{abi}-{platform}.whl"
-    module = name.lower().replace("-", "_")
+    module = re.sub(r"[-_.]+", "_", name).lower()
     info = {
         "schema": 1, "opkiln_version": version, "abi_mode": abi_mode, "torch_version": f"{torch_major_minor}.0",
         "torch_major_minor": torch_major_minor,
