@@ -26,6 +26,8 @@ def render_text(report: AuditReport) -> str:
         if target:
             lines.append("   " + "; ".join(f"{k}: {v}" for k, v in target.items() if v not in (None, "", [])))
         order = {cid: n for n, cid in enumerate(CHECK_IDS)}
+        if rows:
+            lines.append(f"   {'RESULT':<5} {'CHECK':<18} WHERE / DETAIL")
         for where, check in sorted(bad, key=lambda r: (order[r[1].id], r[0])) + \
                 sorted(good, key=lambda r: (order[r[1].id], r[0])):
             lines.append(f"   {'FAIL' if not check.ok else 'ok':<5} {check.id:<18} {where}")

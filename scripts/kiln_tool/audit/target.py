@@ -99,7 +99,7 @@ def find_torch(build_info_version: str | None, requirement: str | None) -> tuple
             if version == build_info_version:
                 return TorchTarget(version, lib, "build info torch_version"), ""
         return None, f"torch {build_info_version} (from the build info); installed here: {found}"
-    if requirement:
+    if requirement is not None:  # "" (a bare `torch`) allows any version
         from packaging.specifiers import InvalidSpecifier, SpecifierSet
         from packaging.version import InvalidVersion, Version
 
