@@ -32,6 +32,11 @@ static int helper(int x) { return x + 1; }
 int kiln_hidden(int x) { return helper(x); }
 """,
     "plain.c": "int kiln_plain(int x) { return 2 * x; }\n",
+    # Run-time file names are not build paths; a nested path under /tmp is a build tree.
+    "paths.c": """
+__attribute__((visibility("default"))) const char *kiln_log = "/tmp/kiln_runtime.log";
+__attribute__((visibility("default"))) const char *kiln_src = "/tmp/pip-req-build-x1y2/ops/kernel.cpp";
+""",
     # An absolute address in .text: R_X86_64_64 against code, a text relocation.
     "textrel.c": """
 int kiln_value = 42;
@@ -140,6 +145,7 @@ def _build_corpus(root: Path) -> Path:
                                                "-Wl,-rpath,/opt/buildbot/lib:lib::$ORIGIN/../torch/lib"])
     # -g with an absolute source path under the build machine's /tmp: the path lands in DWARF.
     _cc(out / "libbuildpath.so", src / "plain.c", [*HARDENED, "-g"], absolute=True)
+    _cc(out / "libpaths.so", src / "paths.c", HARDENED)
     _cc(out / "libundefined.so", src / "undefined.c", HARDENED)
     _cc(out / "sub" / "libdep.so", src / "dep.c", HARDENED)
     # Linked against sub/libdep.so, but no RUNPATH reaches sub/.

@@ -69,6 +69,13 @@ def test_build_paths_in_debug_info(corpus: Corpus) -> None:
     assert checks_of(corpus["libplain.so"])["build-paths"].ok
 
 
+def test_build_paths_not_runtime_paths(corpus: Corpus) -> None:
+    check = checks_of(corpus["libpaths.so"])["build-paths"]
+    assert not check.ok
+    assert "'/tmp/pip-req-build-x1y2/ops/kernel.cpp' in .rodata" in check.detail
+    assert "kiln_runtime.log" not in check.detail
+
+
 def test_undefined_symbol(corpus: Corpus) -> None:
     check = checks_of(corpus["libundefined.so"])["undefined-symbols"]
     assert not check.ok
