@@ -7,7 +7,7 @@ Operators (all in the ``torch.ops.opkiln`` namespace, schemas in ops/torch/schem
   internal ``_rms_norm_forward`` (fused kernel returning ``(y, rstd)``), whose
   autograd formula here calls the fused ``_rms_norm_backward``. Both internal
   ops have fake impls, so opcheck, torch.compile and autograd all see real
-  kernels. Double backward is not supported.
+  kernels. Double backward raises (the backward op's autograd formula says so).
 - ``nms(boxes, scores, iou_threshold)``: not differentiable; its fake impl has a
   data-dependent output size. ``batched_nms`` is composed in Python.
 """
@@ -127,6 +127,21 @@ def _rms_norm_backward(ctx: Any, grad_y: Tensor, grad_rstd: Tensor | None) -> tu
 
 torch.library.register_autograd(
     "opkiln::_rms_norm_forward", _rms_norm_backward, setup_context=_rms_norm_setup
+)
+
+
+def _rms_norm_backward_setup(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, Tensor]) -> None:
+    pass
+
+
+def _rms_norm_double_backward(ctx: Any, grad_dx: Tensor, grad_dw: Tensor) -> tuple[None, ...]:
+    # Registered so that a second-order gradient fails loudly instead of silently
+    # being treated as zero by the autograd fallback.
+    raise RuntimeError("opkiln.rms_norm: double backward (a gradient of the gradient) is not supported")
+
+
+torch.library.register_autograd(
+    "opkiln::_rms_norm_backward", _rms_norm_double_backward, setup_context=_rms_norm_backward_setup
 )
 
 

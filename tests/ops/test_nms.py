@@ -187,6 +187,17 @@ def test_torch_compile_fullgraph() -> None:
     torch.testing.assert_close(f(boxes, scores), expected)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_inputs_that_require_grad(device: str) -> None:
+    boxes, scores = random_boxes(100, seed=17)
+    b = boxes.to(device).requires_grad_(True)
+    s = scores.to(device).requires_grad_(True)
+    keep = opkiln.nms(b, s, 0.5)
+    assert not keep.requires_grad
+    assert keep.cpu().tolist() == nms_ref(boxes, scores, 0.5).tolist()
+    torch.library.opcheck(torch.ops.opkiln.nms.default, (b, s, 0.5))
+
+
 @pytest.mark.parametrize(
     ("boxes", "scores", "error", "match"),
     [

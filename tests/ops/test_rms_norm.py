@@ -96,6 +96,14 @@ def test_gradcheck_float64() -> None:
     assert torch.autograd.gradcheck(lambda b: opkiln.rms_norm(x.detach(), b, 1e-5), (w,))
 
 
+def test_double_backward_raises() -> None:
+    x, w = _inputs((3, 8), torch.float64, "cpu", seed=14)
+    x.requires_grad_(True)
+    (gx,) = torch.autograd.grad(opkiln.rms_norm(x, w, EPS).square().sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError, match="double backward"):
+        gx.sum().backward()
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("requires_grad", [False, True])
 def test_opcheck(device: str, requires_grad: bool) -> None:
