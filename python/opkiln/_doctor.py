@@ -14,6 +14,7 @@ import importlib.util
 import json
 import os
 import platform
+import re
 import struct
 import sys
 from collections.abc import Iterable, Mapping
@@ -78,7 +79,9 @@ def driver_facts() -> dict[str, Any]:
         pass
     try:
         first = Path("/proc/driver/nvidia/version").read_text().splitlines()[0]
-        facts["kernel_module"] = first.split("Kernel Module", 1)[-1].split()[0] if "Kernel Module" in first else first
+        # "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build ..."
+        match = re.search(r"\s(\d+\.\d+(?:\.\d+)*)\s", first + " ")
+        facts["kernel_module"] = match.group(1) if match else first.strip()
     except (OSError, IndexError):
         pass
     return facts
@@ -101,7 +104,8 @@ def torch_facts() -> dict[str, Any]:
     }
     # cuDNN may be missing or broken; that is a fact to report, not a doctor failure.
     with contextlib.suppress(Exception):
-        facts["cudnn"] = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+        cudnn = torch.backends.cudnn
+        facts["cudnn"] = cudnn.version() if cudnn.is_available() else None  # type: ignore[no-untyped-call]
     if torch.version.cuda:
         try:
             facts["cuda_available"] = bool(torch.cuda.is_available())
@@ -299,6 +303,9 @@ def library_path_shadows(environ: Mapping[str, str], torch_lib: Path | None) -> 
 
 
 def customize_hooks() -> list[dict[str, str]]:
+    import sysconfig
+
+    stdlib = {Path(sysconfig.get_paths()[key]).resolve() for key in ("stdlib", "platstdlib")}
     hooks = []
     for name in ("sitecustomize", "usercustomize"):
         module = sys.modules.get(name)
@@ -310,7 +317,9 @@ def customize_hooks() -> list[dict[str, str]]:
                 spec = None
             origin = spec.origin if spec else None
         if origin:
-            hooks.append({"module": name, "path": str(origin)})
+            # Debian's and Ubuntu's Pythons ship one in the stdlib folder; that one is the distribution's own.
+            own = Path(origin).resolve().parent in stdlib
+            hooks.append({"module": name, "path": str(origin), "origin": "distribution" if own else "local"})
     return hooks
 
 
@@ -409,7 +418,8 @@ def collect(package_error: BaseException | None = None, environ: Mapping[str, st
 
     hooks = customize_hooks()
     report["customize"] = hooks
-    checks.append(Check("sitecustomize/usercustomize", WARN if hooks else OK,
+    local_hooks = [h for h in hooks if h["origin"] == "local"]
+    checks.append(Check("sitecustomize/usercustomize", WARN if local_hooks else (INFO if hooks else OK),
                         ", ".join(h["module"] for h in hooks) or "none",
                         [f"{h['module']}: {h['path']} runs at every interpreter start and can change imports"
                          for h in hooks]))

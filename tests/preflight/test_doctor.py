@@ -120,7 +120,8 @@ def test_library_path_preload_and_customize(good_venv, tmp_path):
     assert rc == 0 and report["verdict"] == "warn"
     shadows = report["library_path"]["shadows"]
     assert [(s["variable"], s["path"], s["severity"]) for s in shadows] == [("LD_LIBRARY_PATH", str(libdir), "warn")]
-    assert report["customize"] == [{"module": "sitecustomize", "path": str(hooks / "sitecustomize.py")}]
+    assert report["customize"] == [{"module": "sitecustomize", "path": str(hooks / "sitecustomize.py"),
+                                     "origin": "local"}]
     # A torch library named in LD_PRELOAD is a problem (the loader ignores a missing one, so this cannot crash).
     rc, report = doctor_json(good_venv, {"LD_PRELOAD": str(tmp_path / "libc10.so")})
     assert rc == 1 and report["verdict"] == "fail"
