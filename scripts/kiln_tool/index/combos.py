@@ -31,9 +31,9 @@ class Combination:
     """``cpu`` or ``cu130``-style tag."""
 
     @property
-    def sort_key(self) -> tuple[tuple[int, ...], int, str]:
+    def sort_key(self) -> tuple[tuple[int, ...], tuple[int, int], str]:
         # Newest torch first, then CPU before CUDA, newest CUDA first.
-        cuda_rank = -1 if self.cuda == "cpu" else -int(self.cuda[2:])
+        cuda_rank = (0, 0) if self.cuda == "cpu" else (1, -int(self.cuda[2:]))
         return tuple(-int(p) for p in self.torch.split(".")), cuda_rank, self.cuda
 
     @property
@@ -73,6 +73,8 @@ class TorchCatalog:
 
     releases: tuple[tuple[str, frozenset[str]], ...] = ()
     pythons: tuple[str, ...] = ()
+    torch_pythons: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    """torch major.minor -> the Pythons that torch release publishes wheels for."""
 
     @classmethod
     def from_matrix(cls, path: Path | None = None) -> TorchCatalog:
@@ -82,7 +84,9 @@ class TorchCatalog:
         releases = {r.version: frozenset(r.variants) for r in matrix.torch}
         for spec in matrix.local:
             releases[spec.torch] = releases.get(spec.torch, frozenset()) | {spec.cuda}
-        return cls(releases=tuple(sorted(releases.items())), pythons=tuple(matrix.python))
+        torch_pythons = {r.major_minor: tuple(r.python) for r in matrix.torch}
+        return cls(releases=tuple(sorted(releases.items())), pythons=tuple(matrix.python),
+                   torch_pythons=tuple(sorted(torch_pythons.items())))
 
 
 @cache

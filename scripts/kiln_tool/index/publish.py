@@ -171,7 +171,7 @@ def build_index(dist: Path, out: Path, base_url: str | None = None, *, audit: Au
                 added.append(published[wheel.filename])
             new_manifest = Manifest(base_url=base_url or manifest.base_url, wheels=published)
             pythons = set(catalog.pythons) | {python_support(w.python_tag)[0] for w in published.values()}
-            pages = _render_site(new_manifest, sorted(pythons))
+            pages = _render_site(new_manifest, sorted(pythons), dict(catalog.torch_pythons))
             fresh = {f"{render.WHEEL_DIR}/{w.filename}" for w in to_add}
             fresh |= {f"{render.WHEEL_DIR}/{w.filename}.metadata" for w in to_add}
             _carry_over(out, tmp, skip=set(pages) | fresh)
@@ -301,7 +301,7 @@ def _check_published_files(out: Path, manifest: Manifest) -> None:
         )
 
 
-def _render_site(manifest: Manifest, pythons: list[str]) -> dict[str, str]:
+def _render_site(manifest: Manifest, pythons: list[str], torch_pythons: dict[str, tuple[str, ...]]) -> dict[str, str]:
     """Every page of the site, by path relative to the root."""
     by_combo: dict[Combination, list[PublishedWheel]] = {}
     by_project: dict[str, list[PublishedWheel]] = {}
@@ -319,7 +319,8 @@ def _render_site(manifest: Manifest, pythons: list[str]) -> dict[str, str]:
     projects = sorted(by_project) or ["opkiln"]
     title = "opkiln" if "opkiln" in by_project else projects[0]
     pages["index.html"] = render.landing_page(
-        render.Site(project=title, base_url=manifest.base_url, combos=by_combo, pythons=pythons)
+        render.Site(project=title, base_url=manifest.base_url, combos=by_combo, pythons=pythons,
+                    torch_pythons=torch_pythons)
     )
     pages[MANIFEST_NAME] = manifest.to_json()
     pages[".nojekyll"] = ""  # GitHub Pages: serve every file as it is

@@ -85,6 +85,8 @@ class Site:
     base_url: str | None
     combos: Mapping[Combination, Sequence[PublishedWheel]]
     pythons: Sequence[str]
+    torch_pythons: Mapping[str, Sequence[str]]
+    """torch major.minor -> Pythons that torch release exists for (a stable-ABI wheel fits no others)."""
 
 
 def _template(name: str) -> str:
@@ -117,9 +119,11 @@ def landing_page(site: Site) -> str:
     for combo in combos:
         wheels = site.combos[combo]
         per_python: dict[str, set[str]] = {}
+        torch_has = site.torch_pythons.get(combo.torch)
         for wheel in wheels:
             for py in supported_pythons(wheel, pythons):
-                per_python.setdefault(py, set()).update(wheel.platforms)
+                if torch_has is None or py in torch_has or f"cp{py.replace('.', '')}" == wheel.python_tag:
+                    per_python.setdefault(py, set()).update(wheel.platforms)
         data_combos.append({
             "torch": combo.torch, "cuda": combo.cuda, "page": combo.page, "flat": combo.flat_page,
             "pythons": {py: sorted(platforms) for py, platforms in sorted(per_python.items())},
