@@ -289,8 +289,11 @@ CudaStatus rms_norm_forward_cuda(ScalarKind kind, const void* x, const void* w, 
   });
 }
 
-std::int64_t rms_norm_backward_cuda_parts(std::int64_t rows, std::int64_t /*cols*/) {
-  return std::min<std::int64_t>(rows, static_cast<std::int64_t>(cuda::sm_count()) * 2);
+// Two blocks per SM, each owning a dw partial row; for very wide rows fewer,
+// so that the workspace stays near 2^26 Acc elements (the blocks then loop).
+std::int64_t rms_norm_backward_cuda_parts(std::int64_t rows, std::int64_t cols) {
+  const std::int64_t by_memory = std::max<std::int64_t>(8, (std::int64_t{1} << 26) / std::max<std::int64_t>(1, cols));
+  return std::min({rows, static_cast<std::int64_t>(cuda::sm_count()) * 2, by_memory});
 }
 
 CudaStatus rms_norm_backward_cuda(ScalarKind kind, const void* grad, const void* x, const void* w, const void* rstd,
