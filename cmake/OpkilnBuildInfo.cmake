@@ -42,4 +42,35 @@ function(opkiln_write_build_info target)
     message(FATAL_ERROR "opkiln: writing build info failed:\n${err}")
   endif()
   install(FILES "${out}" DESTINATION opkiln)
+  opkiln_write_sbom("${out}")
+endfunction()
+
+# CycloneDX SBOM of the toolchain, into the wheel's .dist-info/sboms/.
+function(opkiln_write_sbom build_info)
+  set(sbom "${CMAKE_BINARY_DIR}/opkiln.cdx.json")
+  execute_process(COMMAND "${CMAKE_MAKE_PROGRAM}" --version OUTPUT_VARIABLE ninja_version
+                  OUTPUT_STRIP_TRAILING_WHITESPACE)
+  set(nvcc_version "")
+  if(OPKILN_WITH_CUDA)
+    set(nvcc_version "${CMAKE_CUDA_COMPILER_VERSION}")
+  endif()
+  execute_process(
+    COMMAND "${CMAKE_COMMAND}" -E env "PYTHONPATH=${OPKILN_SOURCE_DIR}/scripts"
+            "${Python_EXECUTABLE}" -m kiln_tool.sbom
+            --build-info "${build_info}"
+            --output "${sbom}"
+            --compiler "${CMAKE_CXX_COMPILER_ID} ${CMAKE_CXX_COMPILER_VERSION}"
+            "--nvcc-version=${nvcc_version}"
+            --cmake-version "${CMAKE_VERSION}"
+            "--ninja-version=${ninja_version}"
+            "--scikit-build-core-version=${SKBUILD_CORE_VERSION}"
+    RESULT_VARIABLE rc
+    ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "opkiln: writing the SBOM failed:\n${err}")
+  endif()
+  if(NOT SKBUILD_METADATA_DIR)
+    message(FATAL_ERROR "opkiln: SKBUILD_METADATA_DIR is not set; build through scikit-build-core")
+  endif()
+  install(FILES "${sbom}" DESTINATION "${SKBUILD_METADATA_DIR}/sboms")
 endfunction()

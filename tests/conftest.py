@@ -1,7 +1,8 @@
 """Shared fixtures: the repo, and real wheels built from it.
 
-Wheels come from dist/ when `make wheels` (or `make test`) already put them
-there; otherwise they are built once per session into tests/_artifacts/.
+Wheels come from dist/ when `make wheels` (or `make test`) put them there
+(repaired and audited, as shipped); otherwise they are built once per session
+into tests/_artifacts/ (plain scikit-build-core output).
 """
 
 from __future__ import annotations
@@ -18,14 +19,16 @@ ARTIFACTS = REPO / "tests" / "_artifacts"
 CU130_VENV = REPO / ".venvs" / "torch2.14-cu130-py3.11"
 
 
-def _find(pattern: str) -> Path | None:
-    hits = sorted((REPO / "dist").glob(pattern)) + sorted((ARTIFACTS / "wheels").glob(pattern))
+def _find(pattern: str, where: Path = REPO / "dist") -> Path | None:
+    hits = sorted(where.glob(pattern))
     return hits[-1] if hits else None
 
 
 def _build(python: Path, variant: str, pattern: str) -> Path:
     out = ARTIFACTS / "wheels"
     out.mkdir(parents=True, exist_ok=True)
+    for stale in out.glob(pattern):  # a wheel from an earlier session may predate the sources
+        stale.unlink()
     env = dict(os.environ, OPKILN_VARIANT=variant)
     build_dir = ARTIFACTS / f"build-{variant}-{python.parent.parent.name}"
     subprocess.run(
@@ -33,7 +36,7 @@ def _build(python: Path, variant: str, pattern: str) -> Path:
          "-C", f"build-dir={build_dir}", str(REPO)],
         check=True, env=env,
     )
-    found = _find(pattern)
+    found = _find(pattern, out)
     assert found is not None, f"built a {variant} wheel but found none matching {pattern}"
     return found
 

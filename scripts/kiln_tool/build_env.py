@@ -18,7 +18,7 @@ from .matrix_data import BuildSpec
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 VENVS = REPO_ROOT / ".venvs"
-BUILD_REQUIREMENTS = REPO_ROOT / "requirements" / "build.txt"
+BUILD_LOCK = REPO_ROOT / "requirements" / "build.lock"
 
 
 class BuildEnvError(RuntimeError):
@@ -38,7 +38,7 @@ def find_python(version: str) -> Path:
 
 def _stamp_for(spec: BuildSpec) -> str:
     digest = hashlib.sha256()
-    digest.update(spec.torch.encode() + b"\0" + BUILD_REQUIREMENTS.read_bytes())
+    digest.update(spec.torch.encode() + b"\0" + BUILD_LOCK.read_bytes())
     return digest.hexdigest()
 
 
@@ -47,20 +47,26 @@ def venv_path(spec: BuildSpec) -> Path:
 
 
 def ensure_build_env(spec: BuildSpec, log: Path) -> Path:
-    """Create or reuse the build venv of `spec`; return its python."""
+    """Create or update the build venv of `spec`; return its python.
+
+    The toolchain comes from requirements/build.lock, installed with
+    --require-hashes; torch is installed first, on its own, at the exact version.
+    A venv whose stamp is stale is updated in place, not recreated.
+    """
     venv = venv_path(spec)
     python = venv / "bin" / "python"
     stamp = venv / ".opkiln-stamp"
     want = _stamp_for(spec)
     if python.exists() and stamp.exists() and stamp.read_text().strip() == want:
         return python
-    if venv.exists():
-        shutil.rmtree(venv)
-    venv.parent.mkdir(parents=True, exist_ok=True)
     with log.open("a") as fh:
-        _run([str(find_python(spec.python)), "-m", "venv", str(venv)], fh)
-        _run([str(python), "-m", "pip", "install", "--quiet", f"torch=={spec.torch}", "-r", str(BUILD_REQUIREMENTS)],
-             fh)
+        if not python.exists():
+            if venv.exists():
+                shutil.rmtree(venv)
+            venv.parent.mkdir(parents=True, exist_ok=True)
+            _run([str(find_python(spec.python)), "-m", "venv", str(venv)], fh)
+        _run([str(python), "-m", "pip", "install", "--quiet", f"torch=={spec.torch}"], fh)
+        _run([str(python), "-m", "pip", "install", "--quiet", "--require-hashes", "-r", str(BUILD_LOCK)], fh)
     stamp.write_text(want + "\n")
     return python
 

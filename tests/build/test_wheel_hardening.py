@@ -7,9 +7,10 @@ import re
 from pathlib import Path
 
 import pytest
-from support.elf_facts import extension_of, read_elf, wheel_text
 from packaging.requirements import Requirement
 from packaging.utils import parse_wheel_filename
+
+from support.elf_facts import extension_of, read_elf, wheel_text
 
 REPO = Path(__file__).resolve().parents[2]
 
