@@ -46,3 +46,14 @@ lint: venv
 
 clean:
 	rm -rf build dist tests/_artifacts
+
+# release-index: the wheel site of a release, ready to publish. Builds, repairs and
+# audits every wheel this machine can build into dist/ (kiln wheels), then merges
+# them into site/ (kiln index: append-only, audited, atomic; a published wheel name
+# is never replaced). INDEX_BASE_URL: the URL site/ is served at, for the commands
+# on its landing page (kept from earlier runs when not given).
+INDEX_BASE_URL ?=
+.PHONY: release-index
+release-index: venv
+	$(KILN) wheels --matrix local
+	$(KILN) index dist site/ $(if $(INDEX_BASE_URL),--base-url $(INDEX_BASE_URL))
