@@ -91,3 +91,24 @@ def good_venv(make_venv, torch213_site: Path, cpu_wheel: Path) -> Venv:
     return make_venv("good-torch2.13-cpu", torch213_site, cpu_wheel)
 
 
+
+
+@pytest.fixture(scope="session")
+def stable_wheel() -> Path:
+    """The CPU stable-ABI wheel (cp310-abi3, torch_min in its build info), built with the dev venv's torch.
+
+    Built into tests/_artifacts/preflight/wheels with its own build dir, apart from tests/stable's copy.
+    """
+    out = WORK / "wheels"
+    pattern = "opkiln-*+cpu-cp310-abi3-*.whl"
+    if hits := sorted(out.glob(pattern)):
+        return hits[-1]
+    env = dict(os.environ, OPKILN_ABI_MODE="stable", OPKILN_VARIANT="cpu")
+    env.setdefault("CMAKE_BUILD_PARALLEL_LEVEL", "2")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-q", "-w", str(out),
+         "-C", f"build-dir={ARTIFACTS / 'build-stable-cpu-preflight'}", str(REPO)],
+        check=True, env=env,
+    )
+    (wheel,) = sorted(out.glob(pattern))
+    return wheel

@@ -157,3 +157,18 @@ def test_exception_type_and_parts(make_venv, torch213_site, cuda_wheel):
     assert report["fix"] == install_command("cpu", "2.13")
     assert report["loader_error"] is None  # the preflight stopped it before the loader ran
     assert len(report["problems"]) == 2
+
+
+@pytest.mark.parametrize("torch_version", ["2.13", "2.14"])
+def test_stable_abi_wheel_passes_preflight_on_both_torches(make_venv, torch213_site, torch214_site, stable_wheel,
+                                                           torch_version):
+    """The real stable-ABI wheel: the preflight checks torch >= torch_min, not the minor it was built with."""
+    site = torch213_site if torch_version == "2.13" else torch214_site
+    venv = make_venv(f"stable-wheel-on-torch{torch_version}", site, stable_wheel)
+    info = venv.build_info()
+    assert info["abi_mode"] == "stable" and info["python_tag"] == "cp310-abi3" and info["torch_min"]
+    proc = venv.run("-c", IMPORT_AND_RUN)
+    assert proc.returncode == 0, proc.stderr
+    assert "RESULT [0.25, 0.25, 0.25, 0.25]" in proc.stdout
+    doctor = venv.run("-m", "opkiln", "doctor", "--json")
+    assert doctor.returncode == 0, doctor.stdout + doctor.stderr
