@@ -278,3 +278,20 @@ def test_damaged_version_table_is_reported_not_raised(corpus: Corpus, tmp_path: 
     result = run_kiln("audit", str(damaged))
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert "FAIL  elf-valid" in result.stdout and "corrupt ELF" in result.stdout
+
+
+def test_wheel_tag_stable_abi_mode(corpus: Corpus, tmp_path: Path) -> None:
+    info = {"abi_mode": "stable", "torch_version": "2.13.0+cpu", "torch_min": "2.11", "cuda": None,
+            "cuda_tag": "cpu", "python_tag": "cp310-abi3", "opkiln_version": "0.1.0+cpu"}
+    module = {"kilntest/libplain.so": corpus["libplain.so"].read_bytes()}
+    good = make_wheel(tmp_path, module, version="0.1.0+cpu", build_info=info, requires=("torch>=2.11",),
+                      tag="cp310-abi3-manylinux_2_28_x86_64")
+    check = {c.id: c for c in audit_paths([good]).artifacts[0].checks}["wheel-tag"]
+    assert check.ok, check.detail
+    (bad_dir := tmp_path / "bad").mkdir()
+    bad = make_wheel(bad_dir, module, version="0.1.0+pt213cpu", build_info={**info, "opkiln_version": None},
+                     requires=("torch>=2.12",), tag="cp310-abi3-manylinux_2_28_x86_64")
+    check = {c.id: c for c in audit_paths([bad]).artifacts[0].checks}["wheel-tag"]
+    assert not check.ok
+    assert "local version '+pt213cpu' does not name the build's CUDA variant ('+cpu')" in check.detail
+    assert "excludes torch 2.11, the stable-ABI floor" in check.detail

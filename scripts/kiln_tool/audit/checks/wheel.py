@@ -16,7 +16,6 @@ from ..target import torch_requirement
 
 _CPYTHON_SUFFIX = re.compile(r"\.cpython-(\d)(\d+)[a-z]*-(\w+?)-linux-gnu\.so$")
 _CUDART = re.compile(r"^libcudart(?:\.[0-9a-f]{8})?\.so\.(\d+)")
-_LOCAL_RE = re.compile(r"^pt(\d)(\d+)(cpu|cu\d+)$")
 _RECORD_ALGORITHMS = {"sha256", "sha384", "sha512"}
 
 
@@ -76,11 +75,16 @@ def check_wheel_tag(artifact: ArtifactContext) -> CheckResult:
         cuda = info.get("cuda")
         torch_version = str(info.get("torch_version", ""))
         if local is not None:
-            match = _LOCAL_RE.match(local)
-            expected = f"pt{torch_version.split('.')[0]}{torch_version.split('.')[1] if '.' in torch_version else ''}" \
-                       f"{info.get('cuda_tag', 'cpu')}"
-            if match is None or local != expected:
-                problems.append(f"local version '+{local}' does not name the build's torch and CUDA ('+{expected}')")
+            cuda_tag = str(info.get("cuda_tag", "cpu"))
+            if info.get("abi_mode") == "stable":
+                expected = cuda_tag  # one wheel serves every torch from the floor on: only the CUDA variant
+            else:
+                major_minor = torch_version.split("+")[0].split(".")[:2]
+                expected = f"pt{''.join(major_minor)}{cuda_tag}"
+            if local != expected:
+                problems.append(f"local version '+{local}' does not name the build's "
+                                f"{'CUDA variant' if info.get('abi_mode') == 'stable' else 'torch and CUDA'} "
+                                f"('+{expected}')")
         if cuda is None and cudart:
             problems.append(f"a CPU build (build info cuda: null) whose binaries need libcudart.so.{min(cudart)}")
         if cuda is not None:
@@ -101,7 +105,8 @@ def check_wheel_tag(artifact: ArtifactContext) -> CheckResult:
         if requirement is None:
             problems.append(f"METADATA has no torch requirement, but the binaries only work with torch {build_torch}")
         else:
-            problems += _pin_problems(requirement, build_torch, str(info.get("abi_mode", "torch")))
+            problems += _pin_problems(requirement, build_torch, str(info.get("abi_mode", "torch")),
+                                      str(info["torch_min"]) if info.get("torch_min") else None)
 
     # The platform floor.
     floor_source = "the policy asked for"
@@ -130,7 +135,7 @@ def check_wheel_tag(artifact: ArtifactContext) -> CheckResult:
     return passed("wheel-tag", f"tags, version, torch pin and binaries agree{suffix}")
 
 
-def _pin_problems(requirement: str, build_torch: str, abi_mode: str) -> list[str]:
+def _pin_problems(requirement: str, build_torch: str, abi_mode: str, torch_min: str | None) -> list[str]:
     from packaging.specifiers import InvalidSpecifier, SpecifierSet
     from packaging.version import Version
 
@@ -142,7 +147,16 @@ def _pin_problems(requirement: str, build_torch: str, abi_mode: str) -> list[str
     problems = []
     if not spec.contains(built, prereleases=True):
         problems.append(f"torch requirement 'torch{requirement}' excludes torch {build_torch}, the build's torch")
-    if abi_mode != "stable":
+    if abi_mode == "stable":
+        floor = Version(torch_min) if torch_min else None
+        if floor is not None and not spec.contains(floor, prereleases=True):
+            problems.append(f"torch requirement 'torch{requirement}' excludes torch {torch_min}, the stable-ABI "
+                            "floor the binaries were compiled for")
+        elif floor is not None and spec.contains(Version(f"{floor.major}.{floor.minor - 1}.0") if floor.minor
+                                                  else Version(f"{floor.major - 1}.0"), prereleases=True):
+            problems.append(f"torch requirement 'torch{requirement}' allows torch older than the stable-ABI floor "
+                            f"{torch_min}")
+    else:
         newer = Version(f"{built.major}.{built.minor + 1}.0")
         older = Version(f"{built.major}.{built.minor - 1}.0") if built.minor else None
         leaks = [str(v) for v in (older, newer) if v is not None and spec.contains(v, prereleases=True)]
