@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
@@ -195,3 +197,18 @@ def test_damaged_index_is_refused(tmp_path: Path) -> None:
     result = kiln_index(tmp_path / "dist", out)
     assert result.returncode == 2
     assert "malformed entry" in result.stderr
+
+
+def test_kiln_index_needs_no_torch(tmp_path: Path) -> None:
+    """Maintainers run `kiln index` where torch is absent (the release job): it must not import it."""
+    make_wheel(tmp_path / "dist", metadata=False)
+    code = (
+        "import sys; sys.path.insert(0, 'scripts'); "
+        "import kiln_tool.cli as cli; "
+        f"rc = cli.main(['index', {str(tmp_path / 'dist')!r}, {str(tmp_path / 'site')!r}]); "
+        "assert 'torch' not in sys.modules, 'torch was imported'; print('rc', rc)"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            cwd=Path(__file__).resolve().parents[2])
+    assert result.returncode == 0, result.stderr
+    assert "rc 2" in result.stdout

@@ -116,3 +116,13 @@ def test_two_runs_at_once_both_land(tmp_path: Path) -> None:
         assert run.returncode == 0, stderr
     assert _listed(out) == [f"opkiln-{v}+pt213cpu-cp311-cp311-linux_x86_64.whl" for v in ("0.0.1", *versions)]
     assert leftovers(tmp_path) == []
+
+
+def test_scratch_of_an_interrupted_run_is_cleaned_up(tmp_path: Path) -> None:
+    stale = tmp_path / ".site.tmp-killed"
+    (stale / "wheels").mkdir(parents=True)
+    (stale / "wheels" / "half.whl").write_bytes(b"half")
+    result = kiln_index(make_wheel(tmp_path / "dist").parent, tmp_path / "site")
+    assert result.returncode == 0, result.stderr
+    assert f"removed {stale}" in result.stdout
+    assert leftovers(tmp_path) == []

@@ -147,6 +147,7 @@ def build_index(dist: Path, out: Path, base_url: str | None = None, *, audit: Au
         if not paths and not name_problems and not manifest.wheels:
             raise IndexInputError(f"{dist} has no wheels and {out} has no index: nothing to publish")
         _check_published_files(out, manifest)
+        _remove_stale_scratch(out, say)
 
         created = _make_parents(out.parent)
         tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
@@ -253,6 +254,17 @@ def _stage_new(dist: Path, paths: list[tuple[Path, ParsedName]], out: Path, mani
             + "\n  ".join(clashes)
         )
     return to_add, unchanged
+
+
+def _remove_stale_scratch(out: Path, say: Callable[[str], None]) -> None:
+    """Scratch copies of a run that was killed (we hold the lock, so no live run owns them)."""
+    if not out.parent.is_dir():
+        return
+    for pattern in (f".{out.name}.tmp-*", f".{out.name}.old-*"):
+        for stale in out.parent.glob(pattern):
+            if stale.is_dir() and not stale.is_symlink():
+                shutil.rmtree(stale)
+                say(f"removed {stale} (left by an interrupted run)")
 
 
 def _make_parents(directory: Path) -> list[Path]:

@@ -90,7 +90,7 @@ class Site:
 
 
 def _template(name: str) -> str:
-    return resources.files(__package__).joinpath("templates", name).read_text(encoding="utf-8")
+    return resources.files(__package__).joinpath("templates").joinpath(name).read_text(encoding="utf-8")
 
 
 def _py_key(version: str) -> tuple[int, ...]:

@@ -249,7 +249,7 @@ def _parse_metadata(name: str, raw: bytes) -> dict[str, Any]:
         _version(meta_version)
     except InvalidVersion:
         raise IndexInputError(f"{name}: METADATA has an invalid Version {meta_version!r}") from None
-    requires_python = (headers.get("requires-python") or [None])[0]
+    requires_python: str | None = headers["requires-python"][0] if "requires-python" in headers else None
     if requires_python is not None:
         try:
             _specifier(requires_python)
