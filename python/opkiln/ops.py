@@ -14,7 +14,8 @@ Operators (all in the ``torch.ops.opkiln`` namespace, schemas in ops/torch/schem
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
 
 import torch
 from torch import Tensor
@@ -22,6 +23,17 @@ from torch import Tensor
 __all__ = ["batched_nms", "nms", "rms_norm", "weighted_sum"]
 
 _FLOAT_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _register_fake(name: str) -> Callable[[_F], _F]:
+    return cast(Callable[[_F], _F], torch.library.register_fake(name))
+
+
+def _check(cond: bool, message: Callable[[], str]) -> None:
+    torch._check(cond, message)  # type: ignore[no-untyped-call]
 
 
 def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -39,24 +51,24 @@ def weighted_sum(a: Tensor, b: Tensor, alpha: float) -> Tensor:
     Any strides are accepted; the result is contiguous with the same shape.
     Differentiable in ``a`` and ``b`` (``alpha`` is a Python float).
     """
-    return torch.ops.opkiln.weighted_sum.default(a, b, float(alpha))
+    return cast(Tensor, torch.ops.opkiln.weighted_sum.default(a, b, float(alpha)))
 
 
-@torch.library.register_fake("opkiln::weighted_sum")
+@_register_fake("opkiln::weighted_sum")
 def _weighted_sum_fake(a: Tensor, b: Tensor, alpha: float) -> Tensor:
-    torch._check(a.shape == b.shape, lambda: f"opkiln::weighted_sum: a and b must have the same shape, got "
+    _check(a.shape == b.shape, lambda: f"opkiln::weighted_sum: a and b must have the same shape, got "
                  f"{tuple(a.shape)} and {tuple(b.shape)}")
-    torch._check(a.dtype == b.dtype, lambda: f"opkiln::weighted_sum: a is {a.dtype} but b is {b.dtype}")
-    torch._check(a.device == b.device, lambda: f"opkiln::weighted_sum: a is on {a.device} but b is on {b.device}")
+    _check(a.dtype == b.dtype, lambda: f"opkiln::weighted_sum: a is {a.dtype} but b is {b.dtype}")
+    _check(a.device == b.device, lambda: f"opkiln::weighted_sum: a is on {a.device} but b is on {b.device}")
     return torch.empty(a.shape, dtype=a.dtype, device=a.device)
 
 
-def _weighted_sum_setup(ctx, inputs, output):  # type: ignore[no-untyped-def]
+def _weighted_sum_setup(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
     _, _, alpha = inputs
     ctx.alpha = alpha
 
 
-def _weighted_sum_backward(ctx, grad):  # type: ignore[no-untyped-def]
+def _weighted_sum_backward(ctx: Any, grad: Tensor) -> tuple[Tensor, Tensor, None]:
     return grad * ctx.alpha, grad * (1.0 - ctx.alpha), None
 
 
@@ -78,20 +90,20 @@ def rms_norm(x: Tensor, weight: Tensor, eps: float = 1e-6) -> Tensor:
     float64 inputs). ``eps`` must be finite and >= 0. Differentiable in ``x``
     and ``weight`` (one fused backward kernel; no double backward).
     """
-    return torch.ops.opkiln.rms_norm.default(x, weight, float(eps))
+    return cast(Tensor, torch.ops.opkiln.rms_norm.default(x, weight, float(eps)))
 
 
 def _check_rms_norm_args(x: Tensor, weight: Tensor, op: str) -> None:
-    torch._check(x.dim() >= 1, lambda: f"opkiln::{op}: x must have at least one dimension")
-    torch._check(weight.dim() == 1 and weight.shape[0] == x.shape[-1],
+    _check(x.dim() >= 1, lambda: f"opkiln::{op}: x must have at least one dimension")
+    _check(weight.dim() == 1 and weight.shape[0] == x.shape[-1],
                  lambda: f"opkiln::{op}: weight must be 1-D with x.shape[-1] elements, got {tuple(weight.shape)}")
-    torch._check(x.dtype == weight.dtype, lambda: f"opkiln::{op}: x is {x.dtype} but weight is {weight.dtype}")
-    torch._check(x.dtype in _FLOAT_DTYPES, lambda: f"opkiln::{op}: x must be a floating dtype, got {x.dtype}")
-    torch._check(x.device == weight.device,
+    _check(x.dtype == weight.dtype, lambda: f"opkiln::{op}: x is {x.dtype} but weight is {weight.dtype}")
+    _check(x.dtype in _FLOAT_DTYPES, lambda: f"opkiln::{op}: x must be a floating dtype, got {x.dtype}")
+    _check(x.device == weight.device,
                  lambda: f"opkiln::{op}: x is on {x.device} but weight is on {weight.device}")
 
 
-@torch.library.register_fake("opkiln::_rms_norm_forward")
+@_register_fake("opkiln::_rms_norm_forward")
 def _rms_norm_forward_fake(x: Tensor, weight: Tensor, eps: float) -> tuple[Tensor, Tensor]:
     _check_rms_norm_args(x, weight, "_rms_norm_forward")
     y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
@@ -99,11 +111,11 @@ def _rms_norm_forward_fake(x: Tensor, weight: Tensor, eps: float) -> tuple[Tenso
     return y, rstd
 
 
-@torch.library.register_fake("opkiln::_rms_norm_backward")
+@_register_fake("opkiln::_rms_norm_backward")
 def _rms_norm_backward_fake(grad: Tensor, x: Tensor, weight: Tensor, rstd: Tensor) -> tuple[Tensor, Tensor]:
     _check_rms_norm_args(x, weight, "_rms_norm_backward")
-    torch._check(grad.shape == x.shape, lambda: "opkiln::_rms_norm_backward: grad must have the shape of x")
-    torch._check(rstd.shape == x.shape[:-1], lambda: "opkiln::_rms_norm_backward: rstd must have shape x.shape[:-1]")
+    _check(grad.shape == x.shape, lambda: "opkiln::_rms_norm_backward: grad must have the shape of x")
+    _check(rstd.shape == x.shape[:-1], lambda: "opkiln::_rms_norm_backward: rstd must have shape x.shape[:-1]")
     dx = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     dw = torch.empty(weight.shape, dtype=weight.dtype, device=weight.device)
     return dx, dw
@@ -160,21 +172,21 @@ def nms(boxes: Tensor, scores: Tensor, iou_threshold: float) -> Tensor:
     float32 for 16-bit inputs (so ``nms(b, s, t) == nms(b.float(), s.float(), t)``)
     and float64 for float64. Not differentiable.
     """
-    return torch.ops.opkiln.nms.default(boxes, scores, float(iou_threshold))
+    return cast(Tensor, torch.ops.opkiln.nms.default(boxes, scores, float(iou_threshold)))
 
 
-@torch.library.register_fake("opkiln::nms")
+@_register_fake("opkiln::nms")
 def _nms_fake(boxes: Tensor, scores: Tensor, iou_threshold: float) -> Tensor:
-    torch._check(boxes.dim() == 2 and boxes.shape[1] == 4,
+    _check(boxes.dim() == 2 and boxes.shape[1] == 4,
                  lambda: f"opkiln::nms: boxes must have shape [N, 4], got {tuple(boxes.shape)}")
-    torch._check(scores.dim() == 1 and scores.shape[0] == boxes.shape[0],
+    _check(scores.dim() == 1 and scores.shape[0] == boxes.shape[0],
                  lambda: f"opkiln::nms: scores must have shape [N] with N = boxes.shape[0], got {tuple(scores.shape)}")
-    torch._check(boxes.dtype == scores.dtype,
+    _check(boxes.dtype == scores.dtype,
                  lambda: f"opkiln::nms: boxes is {boxes.dtype} but scores is {scores.dtype}")
-    torch._check(boxes.device == scores.device,
+    _check(boxes.device == scores.device,
                  lambda: f"opkiln::nms: boxes is on {boxes.device} but scores is on {scores.device}")
     kept = torch.library.get_ctx().new_dynamic_size()
-    torch._check(kept <= boxes.shape[0])
+    _check(kept <= boxes.shape[0], lambda: "opkiln::nms: more boxes kept than given")
     return boxes.new_empty((kept,), dtype=torch.int64)
 
 
