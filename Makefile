@@ -15,7 +15,7 @@ VARIANT ?= cpu
 MATRIX ?=
 PYTEST_ARGS ?=
 
-.PHONY: help venv wheels test lint clean
+.PHONY: help venv wheels test lint repro bench clean
 
 help:
 	@echo "make wheels            build + repair + audit the default wheel (torch 2.13 CPU) into dist/"
@@ -43,6 +43,14 @@ test: venv
 lint: venv
 	$(VENV)/bin/ruff check python scripts tests benchmarks
 	$(VENV)/bin/mypy python/opkiln scripts/kiln_tool
+
+# repro: two builds of the same sources under varied conditions, compared byte for byte.
+repro: venv
+	$(KILN) repro --variant $(VARIANT)
+
+# bench: build speed, wheel size, import time and kernels; JSON + markdown + PNG in benchmarks/results/.
+bench: venv
+	$(VPY) benchmarks/run_all.py --out benchmarks/results
 
 clean:
 	rm -rf build dist tests/_artifacts
