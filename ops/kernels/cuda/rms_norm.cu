@@ -23,6 +23,22 @@ struct alignas(sizeof(T) * N) Pack {
 template <typename T>
 constexpr int kPack = 16 / static_cast<int>(sizeof(T));
 
+// Streaming (evict-first) 16-byte loads and stores for data touched once; w,
+// read by every row, keeps the default caching.
+template <typename P>
+__device__ __forceinline__ P load_once(const P* p) {
+  static_assert(sizeof(P) == 16 && alignof(P) == 16);
+  P out;
+  *reinterpret_cast<int4*>(&out) = __ldcs(reinterpret_cast<const int4*>(p));
+  return out;
+}
+
+template <typename P>
+__device__ __forceinline__ void store_once(P* p, const P& v) {
+  static_assert(sizeof(P) == 16 && alignof(P) == 16);
+  __stcs(reinterpret_cast<int4*>(p), *reinterpret_cast<const int4*>(&v));
+}
+
 template <typename Acc>
 __device__ __forceinline__ Acc warp_sum(Acc v) {
 #pragma unroll
@@ -72,7 +88,7 @@ __global__ void __launch_bounds__(512)
     for (int k = 0; k < kVecs; ++k) {
       const std::int64_t j = threadIdx.x + static_cast<std::int64_t>(k) * blockDim.x;
       if (j < nvec) {
-        xv[k] = xr[j];
+        xv[k] = load_once(xr + j);
 #pragma unroll
         for (int l = 0; l < L; ++l) {
           const Acc a = C::load(xv[k].v[l]);
@@ -91,7 +107,7 @@ __global__ void __launch_bounds__(512)
         P out;
 #pragma unroll
         for (int l = 0; l < L; ++l) out.v[l] = C::store(C::load(xv[k].v[l]) * inv * C::load(wk.v[l]));
-        yr[j] = out;
+        store_once(yr + j, out);
       }
     }
   }
@@ -151,8 +167,8 @@ __global__ void __launch_bounds__(512)
     for (int k = 0; k < kVecs; ++k) {
       const std::int64_t j = threadIdx.x + static_cast<std::int64_t>(k) * blockDim.x;
       if (j < nvec) {
-        xv[k] = xr[j];
-        gv[k] = gr[j];
+        xv[k] = load_once(xr + j);
+        gv[k] = load_once(gr + j);
 #pragma unroll
         for (int l = 0; l < L; ++l) dot += C::load(gv[k].v[l]) * C::load(wv[k].v[l]) * C::load(xv[k].v[l]);
       }
@@ -173,7 +189,7 @@ __global__ void __launch_bounds__(512)
           out.v[l] = C::store(inv * (gl * C::load(wv[k].v[l]) - xl * coef));
           dw[k][l] += gl * xl * inv;
         }
-        dxr[j] = out;
+        store_once(dxr + j, out);
       }
     }
   }
