@@ -171,10 +171,13 @@ __global__ void __launch_bounds__(kScanThreads)
   __shared__ unsigned long long s_base;
   const int t = threadIdx.x;
   unsigned long long kept_so_far = t == 0 ? *count : 0ull;  // meaningful in thread 0 only
+  // Diagonal word of row t of the current block, loaded one round ahead; words
+  // of rows removed before the mask kernel ran are garbage and masked below.
+  unsigned long long next_diag = t < kBlock ? mask[static_cast<std::int64_t>(t) * words + rb0] : 0ull;
   for (int ib = rb0; ib < rb1; ++ib) {
     const std::int64_t row0 = static_cast<std::int64_t>(ib - rb0) * kBlock;  // local row of box ib*64
     const unsigned long long row_removed = removed[ib];
-    if (t < kBlock) diag[t] = ((row_removed >> t) & 1ull) ? 0ull : mask[(row0 + t) * words + ib];
+    if (t < kBlock) diag[t] = ((row_removed >> t) & 1ull) ? 0ull : next_diag;
     __syncthreads();
     if (t == 0) {
       // Lowest remaining bit = highest remaining score: keep it, drop what it suppresses.
@@ -192,20 +195,27 @@ __global__ void __launch_bounds__(kScanThreads)
     }
     __syncthreads();
     const unsigned long long kept = s_kept;
-    if (t < kBlock && ((kept >> t) & 1ull)) {
-      const unsigned long long below = kept & ((1ull << t) - 1ull);
-      keep[s_base + static_cast<unsigned long long>(__popcll(below))] =
-          order[ib * kBlock + t];
-    }
-    if (kept != 0ull) {
-      for (int jb = ib + 1 + t; jb < words; jb += blockDim.x) {
-        unsigned long long w = 0;
-#pragma unroll 8
-        for (int k = 0; k < kBlock; ++k) {
-          if ((kept >> k) & 1ull) w |= mask[(row0 + k) * words + jb];
-        }
-        if (w != 0ull) removed[jb] |= w;
+    if (t < kBlock) {
+      if ((kept >> t) & 1ull) {
+        const unsigned long long below = kept & ((1ull << t) - 1ull);
+        keep[s_base + static_cast<unsigned long long>(__popcll(below))] = order[ib * kBlock + t];
       }
+      if (ib + 1 < rb1) next_diag = mask[(row0 + kBlock + t) * words + ib + 1];
+    }
+    // The kept rows' words suppress boxes of later blocks. Up to 16 loads in
+    // flight per thread; groups of 16 rows with nothing kept are skipped.
+    for (int jb = ib + 1 + t; jb < words; jb += blockDim.x) {
+      unsigned long long w = 0;
+      for (int k0 = 0; k0 < kBlock; k0 += 16) {
+        const unsigned group = static_cast<unsigned>((kept >> k0) & 0xffffull);
+        if (group == 0u) continue;
+        unsigned long long v[16];
+#pragma unroll
+        for (int u = 0; u < 16; ++u) v[u] = ((group >> u) & 1u) ? mask[(row0 + k0 + u) * words + jb] : 0ull;
+#pragma unroll
+        for (int u = 0; u < 16; ++u) w |= v[u];
+      }
+      if (w != 0ull) removed[jb] |= w;
     }
     __syncthreads();  // removed[ib + 1] and diag/s_kept are read again next round
   }
