@@ -27,6 +27,11 @@
 
 namespace opkiln::stable_binding {
 
+// The message of the last error an opkiln kernel raised on this thread. An op
+// that calls another through the dispatcher (rms_norm -> _rms_norm_forward)
+// gets only an error code back; on torch < 2.13 the message is otherwise lost.
+std::string& last_kernel_error();
+
 // Throws std::runtime_error with the pieces streamed together: the same
 // message as TORCH_CHECK in ops/torch, without STD_TORCH_CHECK's
 // "function, file:line, " prefix. (The stable ABI has no error types: torch
@@ -35,7 +40,9 @@ template <typename... Args>
 [[noreturn]] void fail(const Args&... args) {
   std::ostringstream out;
   (out << ... << args);
-  throw std::runtime_error(std::move(out).str());
+  std::string message = std::move(out).str();
+  last_kernel_error() = message;
+  throw std::runtime_error(std::move(message));
 }
 
 #define OPKILN_CHECK(cond, ...)                         \
@@ -122,10 +129,18 @@ inline void check_shim(AOTITorchError err, const char* call) {
 }
 
 // Calls the op `name` (overload "") through the dispatcher; the stack holds
-// its arguments and receives its results (new references).
+// its arguments and receives its results (new references). An error raised by
+// one of our kernels inside it comes back with its own message, on any torch.
 template <std::size_t N>
 void call_op(const char* name, std::array<StableIValue, N>& stack) {
-  check_shim(torch_call_dispatcher(name, "", stack.data(), TORCH_ABI_VERSION), name);
+  std::string& kernel_error = last_kernel_error();
+  kernel_error.clear();
+  const AOTITorchError err = torch_call_dispatcher(name, "", stack.data(), TORCH_ABI_VERSION);
+  if (err != AOTI_TORCH_SUCCESS && !kernel_error.empty()) {
+    // Rethrown through fail() so that an outer call_op sees it too.
+    fail(std::string(kernel_error));
+  }
+  check_shim(err, name);
 }
 
 // A contiguous tensor of `like`'s shape, dtype and device.

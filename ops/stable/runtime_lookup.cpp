@@ -1,5 +1,5 @@
-// Entry points of the stable C shim that this library looks up at run time
-// instead of importing them:
+// Error plumbing for nested op calls, and the entry points of the stable C
+// shim that this library looks up at run time instead of importing them:
 //   - torch_exception_get_what_without_backtrace: added in torch 2.13, above
 //     this build's TORCH_TARGET_VERSION, so importing it would break loading
 //     on older torch; when present it carries the message of a failed
@@ -20,6 +20,11 @@
 #endif
 
 namespace opkiln::stable_binding {
+
+std::string& last_kernel_error() {
+  thread_local std::string message;
+  return message;
+}
 
 const char* last_torch_error() {
   using GetWhat = const char* (*)();
