@@ -295,3 +295,10 @@ def test_wheel_tag_stable_abi_mode(corpus: Corpus, tmp_path: Path) -> None:
     assert not check.ok
     assert "local version '+pt213cpu' does not name the build's CUDA variant ('+cpu')" in check.detail
     assert "excludes torch 2.11, the stable-ABI floor" in check.detail
+
+
+def test_cuda_build_without_device_code(corpus: Corpus, tmp_path: Path) -> None:
+    wheel = make_wheel(tmp_path, {"kilntest/libplain.so": corpus["libplain.so"].read_bytes()},
+                       build_info={"cuda": "13.0", "cuda_archs": ["8.0", "9.0+PTX"]})
+    (check,) = [c for c in audit_paths([wheel]).artifacts[0].checks if c.id == "cuda-sass"]
+    assert not check.ok and "no library in the wheel carries device code" in check.detail

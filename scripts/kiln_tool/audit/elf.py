@@ -203,11 +203,15 @@ class ElfLibrary:
 
     # -- symbols and versions --------------------------------------------------------------
 
-    def _section_of_type(self, sh_type: str) -> Any:
+    @cached_property
+    def _first_section_of_type(self) -> dict[str, Any]:
+        found: dict[str, Any] = {}
         for section in self.elf.iter_sections():
-            if section["sh_type"] == sh_type:
-                return section
-        return None
+            found.setdefault(str(section["sh_type"]), section)
+        return found
+
+    def _section_of_type(self, sh_type: str) -> Any:
+        return self._first_section_of_type.get(sh_type)
 
     @cached_property
     def _dynsym(self) -> Any:

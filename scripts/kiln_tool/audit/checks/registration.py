@@ -27,7 +27,9 @@ def defined_namespaces(ctx: LibraryContext) -> set[str]:
     list: the library calls the registration API and holds the schema string "<op>(" that m.def
     takes (the namespace string itself is often folded into immediate stores by the compiler).
     """
-    namespaces = set()
+    namespaces: set[str] = set()
+    if not registration_refs(ctx):
+        return namespaces
     try:
         static_names = ctx.lib.static_symbol_names()
     except CORRUPT_ELF_ERRORS:
@@ -36,7 +38,7 @@ def defined_namespaces(ctx: LibraryContext) -> set[str]:
         match = _DEF_INIT.match(name)
         if match:
             namespaces.add(match[1])
-    if namespaces or not registration_refs(ctx):
+    if namespaces:
         return namespaces
     info = ctx.artifact.build_info or {}
     for op in info.get("ops", []) if isinstance(info.get("ops"), list) else []:
