@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import importlib
+import sys
+from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -31,12 +34,43 @@ def _has_schema(namespace: str, name: str) -> bool:
     return True
 
 
+def _refuse_second_copy(info: dict[str, Any], env: _preflight.Environment, manifest: list[str]) -> None:
+    """Another copy of our library already registered the namespace: loading ours would abort the process.
+
+    torch's TORCH_LIBRARY throws from a static initializer when a namespace is registered twice, and an
+    exception there ends the process (std::terminate), so this must be found before loading.
+    """
+    # _dispatch_has_kernel is cheap; a schema lookup throws when absent, so only the first op gets one.
+    present = [op for op in manifest if torch._C._dispatch_has_kernel(op)]
+    if not present and manifest and _has_schema(*manifest[0].split("::", 1)):
+        present = manifest[:1]
+    if not present:
+        return
+    sources = sorted(str(lib) for lib in getattr(torch.ops, "loaded_libraries", ()) if "_C" in Path(lib).name)
+    sources += sorted(
+        str(getattr(module, "__file__", "")) for name, module in list(sys.modules.items())
+        if name != "opkiln._C" and name.rsplit(".", 1)[-1] == "_C" and "opkiln" in str(getattr(module, "__file__", "")))
+    where = f" (loaded from {', '.join(sources)})" if sources else ""
+    raise _preflight.environment_error(
+        info, env,
+        [f"another copy of opkiln's library is already loaded in this process{where}: it registered "
+         f"{', '.join(present)}",
+         "loading this copy too would abort the process (torch allows one TORCH_LIBRARY per namespace)"],
+        "opkiln cannot be imported: another copy of it is already loaded.",
+        fix=("load only one copy: remove the other one, or stop loading it (`python -m opkiln doctor` lists copies):",
+             "rm -rf " + " ".join(sources) if sources else _preflight.DOCTOR_COMMAND),
+    )
+
+
 def load_library() -> None:
     """Import opkiln._C or raise OpkilnEnvironmentError; never let a raw loader error through."""
     info = build_info()
     env = _preflight.current_environment()
     if not _preflight.skip_requested():
         _preflight.check(info, env)
+    manifest = list(info.get("ops", []))
+    if "opkiln._C" not in sys.modules:
+        _refuse_second_copy(info, env, manifest)
     try:
         importlib.import_module("opkiln._C")
     except (ImportError, OSError) as exc:
@@ -45,7 +79,7 @@ def load_library() -> None:
             "opkiln cannot be imported: its compiled library failed to load.",
             loader_error=_preflight.loader_error_text(exc),
         ) from None
-    missing = missing_ops(list(info.get("ops", [])))
+    missing = missing_ops(manifest)
     if missing:
         raise _preflight.environment_error(
             info, env,

@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import re
 import sys
-import textwrap
 from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib.machinery import EXTENSION_SUFFIXES
@@ -50,6 +49,8 @@ class OpkilnEnvironmentError(ImportError):
         super().__init__(self._render(), name="opkiln")
 
     def _render(self) -> str:
+        import textwrap  # only on the error path: keeps `import opkiln` lean
+
         width = 13
         lines = [self.headline, ""]
         lines.append(f"  {'built for:':<{width}}{self.built_for}")
@@ -272,14 +273,16 @@ def advisories(info: Mapping[str, Any], env: Environment) -> list[str]:
 
 
 def environment_error(info: Mapping[str, Any], env: Environment, problems: list[str], headline: str,
-                      loader_error: str | None = None) -> OpkilnEnvironmentError:
+                      loader_error: str | None = None, fix: tuple[str, str] | None = None) -> OpkilnEnvironmentError:
+    """The error for ``problems``; ``fix`` is (reason, command), by default: install the wheel for this torch."""
+    reason, command = fix or (fix_reason(env), install_command(info, env))
     return OpkilnEnvironmentError(
         headline,
         built_for=describe_build(info),
         installed=describe_environment(env),
         problems=problems,
-        fix=install_command(info, env),
-        fix_reason=fix_reason(env),
+        fix=command,
+        fix_reason=reason,
         loader_error=loader_error,
     )
 

@@ -172,3 +172,17 @@ def test_stable_abi_wheel_passes_preflight_on_both_torches(make_venv, torch213_s
     assert "RESULT [0.25, 0.25, 0.25, 0.25]" in proc.stdout
     doctor = venv.run("-m", "opkiln", "doctor", "--json")
     assert doctor.returncode == 0, doctor.stdout + doctor.stderr
+
+
+def test_second_copy_already_loaded_in_process(good_venv, tmp_path):
+    """torch aborts the process when a second library registers the namespace; the preflight refuses first."""
+    (lib,) = good_venv.package.glob("_C.*.so")
+    other = tmp_path / "elsewhere" / "_C.so"
+    other.parent.mkdir()
+    shutil.copy2(lib, other)
+    proc = good_venv.run("-c", f"import torch; torch.ops.load_library({str(other)!r}); import opkiln")
+    out = assert_clean_failure(proc)
+    assert "another copy of opkiln's library is already loaded in this process" in out
+    assert f"(loaded from {other})" in out
+    assert f"rm -rf {other}" in out
+    assert "Only a single TORCH_LIBRARY" not in out
