@@ -90,9 +90,10 @@ template <typename T>
 __global__ void nms_make_keys(const T* __restrict__ scores, KeyOf<AccOf<T>>* __restrict__ keys, int* __restrict__ idx,
                               int n) {
   using C = cuda::Convert<T>;
-  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     keys[i] = nms_detail::score_key(C::load(scores[i]));
-    idx[i] = i;
+    idx[i] = static_cast<int>(i);
   }
 }
 
@@ -104,7 +105,8 @@ __global__ void nms_gather(const T* __restrict__ boxes, const int* __restrict__ 
                            unsigned long long* __restrict__ count, int n, int words) {
   using C = cuda::Convert<T>;
   using Acc = AccOf<T>;
-  for (int r = blockIdx.x * blockDim.x + threadIdx.x; r < n; r += gridDim.x * blockDim.x) {
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  for (std::int64_t r = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; r < n; r += stride) {
     const T* b = boxes + static_cast<std::int64_t>(order[r]) * 4;
     const Box<Acc> box{C::load(b[0]), C::load(b[1]), C::load(b[2]), C::load(b[3])};
     out[r] = box;
