@@ -118,5 +118,12 @@ macro(opkiln_setup_cuda)
     set(OPKILN_CUDA_ARCH_SOURCE "data/matrix.json")
   endif()
   opkiln_archs_to_cmake("${OPKILN_CUDA_ARCH_LIST}" CMAKE_CUDA_ARCHITECTURES)
+  # Fatbin compression (zstd, SASS and PTX) is on; OPKILN_FATBIN_COMPRESSION=off
+  # exists for the size benchmark only.
+  if("$ENV{OPKILN_FATBIN_COMPRESSION}" STREQUAL "off")
+    set(OPKILN_CUDA_COMPRESS_FLAGS "--compress-mode=none")
+  else()
+    set(OPKILN_CUDA_COMPRESS_FLAGS "--compress-mode=size;-Xfatbin=-compress-all")
+  endif()
   message(STATUS "opkiln: nvcc ${_nvcc} (CUDA ${OPKILN_NVCC_VERSION}), archs ${OPKILN_CUDA_ARCH_LIST} from ${OPKILN_CUDA_ARCH_SOURCE} -> ${CMAKE_CUDA_ARCHITECTURES}")
 endmacro()
