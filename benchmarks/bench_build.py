@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
                                          capture_output=True, text=True, check=True).stdout)
         matrix = json.loads((REPO / "data" / "matrix.json").read_text())
         listed = list(matrix["cuda_archs"][info["torch"]["cuda"]]["x86_64"])
-        archs = ";".join(listed[:-1] + [listed[-1] + "+PTX"])
+        archs = ";".join([*listed[:-1], listed[-1] + "+PTX"])
     std = json.loads(subprocess.run([str(python), "-m", "kiln_tool.build_config", "--format", "json"],
                                     env=clean_env({"PYTHONPATH": str(REPO / "scripts")}), capture_output=True,
                                     text=True, check=True).stdout)["torch"]["cxx_standard"]

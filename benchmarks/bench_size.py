@@ -1,0 +1,91 @@
+#!/usr/bin/env python3
+"""Wheel and fatbin size, with and without fatbin compression, and the cost of each CUDA arch.
+
+    python benchmarks/bench_size.py [--variant cu130] [--json PATH]
+
+Builds the CUDA wheel twice (compression on, as shipped; and off) for the arch
+list of data/matrix.json and reads the fatbin of each with kiln audit's parser:
+wheel size, _C size, .nv_fatbin size, and bytes per arch (SASS, and PTX for
+the newest). Also reports the CPU wheel's size when dist/ holds one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "scripts"))
+
+from elftools.elf.elffile import ELFFile  # noqa: E402
+
+from kiln_tool.audit.fatbin import iter_entries  # noqa: E402
+from kiln_tool.build_env import ensure_build_env  # noqa: E402
+from kiln_tool.matrix_data import local_builds  # noqa: E402
+
+
+def measure(wheel: Path) -> dict[str, Any]:
+    with zipfile.ZipFile(wheel) as zf:
+        (name,) = [n for n in zf.namelist() if n.startswith("opkiln/_C") and n.endswith(".so")]
+        so = zf.read(name)
+    section = ELFFile(io.BytesIO(so)).get_section_by_name(".nv_fatbin")
+    data = section.data() if section is not None else b""
+    per_arch: dict[str, int] = defaultdict(int)
+    for entry in iter_entries(data):
+        per_arch[entry.name] += entry.size
+    return {"wheel_bytes": wheel.stat().st_size, "so_bytes": len(so), "fatbin_bytes": len(data),
+            "per_arch_bytes": dict(sorted(per_arch.items()))}
+
+
+def build(python: Path, out: Path, build_dir: Path, compression: bool) -> Path:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CMAKE_", "OPKILN_"))}
+    env.update({"OPKILN_VARIANT": "cuda", "CMAKE_BUILD_PARALLEL_LEVEL": str(os.cpu_count() or 2)})
+    if not compression:
+        env["OPKILN_FATBIN_COMPRESSION"] = "off"
+    subprocess.run([str(python), "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-q", "-w", str(out),
+                    "-C", f"build-dir={build_dir}", str(REPO)], env=env, check=True)
+    (wheel,) = out.glob("opkiln-*.whl")
+    return wheel
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--variant", default="cu130")
+    parser.add_argument("--json", metavar="PATH")
+    args = parser.parse_args(argv)
+    (spec,) = [s for s in local_builds() if s.cuda == args.variant]
+    work = Path(tempfile.mkdtemp(prefix="bench-size-"))
+    python = ensure_build_env(spec, work / "venv.log")
+    result: dict[str, Any] = {"benchmark": "size", "combination": spec.name}
+    for label, compression in (("compressed", True), ("uncompressed", False)):
+        wheel = build(python, work / label, work / f"build-{label}", compression)
+        result[label] = measure(wheel)
+    comp, raw = result["compressed"], result["uncompressed"]
+    result["fatbin_compression_ratio"] = round(comp["fatbin_bytes"] / raw["fatbin_bytes"], 3)
+    result["wheel_compression_ratio"] = round(comp["wheel_bytes"] / raw["wheel_bytes"], 3)
+    cpu = sorted((REPO / "dist").glob("opkiln-*+pt*cpu-*.whl"))
+    if cpu:
+        result["cpu_wheel"] = {"name": cpu[-1].name, "bytes": cpu[-1].stat().st_size}
+    print(f"{'':18s}{'compressed':>14s}{'uncompressed':>14s}")
+    for key in ("wheel_bytes", "so_bytes", "fatbin_bytes"):
+        print(f"{key:18s}{comp[key]:>14,d}{raw[key]:>14,d}")
+    for arch in raw["per_arch_bytes"]:
+        print(f"  {arch:16s}{comp['per_arch_bytes'].get(arch, 0):>14,d}{raw['per_arch_bytes'][arch]:>14,d}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2))
+    shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
