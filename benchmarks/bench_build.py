@@ -104,7 +104,9 @@ def main(argv: list[str] | None = None) -> int:
     std = json.loads(subprocess.run([str(python), "-m", "kiln_tool.build_config", "--format", "json"],
                                     env=clean_env({"PYTHONPATH": str(REPO / "scripts")}), capture_output=True,
                                     text=True, check=True).stdout)["torch"]["cxx_standard"]
-    common = {"MAX_JOBS": str(args.jobs), "CMAKE_BUILD_PARALLEL_LEVEL": str(args.jobs)}
+    # Cold means cold: torch.utils.cpp_extension puts ccache in front of the compiler
+    # on its own when it finds one, so the cache is switched off for both paths.
+    common = {"MAX_JOBS": str(args.jobs), "CMAKE_BUILD_PARALLEL_LEVEL": str(args.jobs), "CCACHE_DISABLE": "1"}
     if cuda:
         common.update({"TORCH_CUDA_ARCH_LIST": archs or "", "OPKILN_CUDA_ARCHS": archs or "",
                        "CUDA_HOME": os.environ.get("CUDA_HOME", "/usr/local/cuda-13.0")})
@@ -140,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     ccache = shutil.which("ccache")
     ccache_s = None
     if ccache:
-        cache_env = {**ours_env, "CCACHE_DIR": str(work / "ccache"), "CCACHE_BASEDIR": str(REPO),
+        cache_env = {**{k: v for k, v in ours_env.items() if k != "CCACHE_DISABLE"}, "CCACHE_DIR": str(work / "ccache"), "CCACHE_BASEDIR": str(REPO),
                      "CMAKE_C_COMPILER_LAUNCHER": ccache, "CMAKE_CXX_COMPILER_LAUNCHER": ccache,
                      "CMAKE_CUDA_COMPILER_LAUNCHER": ccache}
         ours(work / "ours-ccache", cache_env)  # warm the cache
