@@ -186,3 +186,23 @@ def test_second_copy_already_loaded_in_process(good_venv, tmp_path):
     assert f"(loaded from {other})" in out
     assert f"rm -rf {other}" in out
     assert "Only a single TORCH_LIBRARY" not in out
+
+
+def test_cuda_wheel_on_matching_cuda_torch(make_venv, torch214_site, cuda_wheel):
+    """The matching CUDA combination imports (no GPU needed to load) and doctor finds nothing wrong."""
+    venv = make_venv("cuda214-wheel-on-torch2.14-cu130", torch214_site, cuda_wheel)
+    proc = venv.run("-c", IMPORT_AND_RUN)
+    assert proc.returncode == 0, proc.stderr
+    assert "RESULT [0.25, 0.25, 0.25, 0.25]" in proc.stdout
+    doctor = venv.run("-m", "opkiln", "doctor", "--json")
+    report = json.loads(doctor.stdout)
+    assert doctor.returncode == 0 and report["verdict"] == "ok", report["summary"]
+    assert report["torch"]["cuda"] == "13.0" and report["torch"]["cudnn"]
+
+
+def test_other_cuda_major(make_venv, torch214_site, cuda_wheel, tmp_path):
+    venv = make_venv("cuda214-wheel-on-torch2.14-cu130", torch214_site, cuda_wheel)
+    root = _edited_copy(venv, tmp_path, cuda="12.8", cuda_tag="cu128")
+    out = assert_clean_failure(venv.run("-c", "import opkiln", env={"PYTHONPATH": str(root)}))
+    assert "kernels are built with CUDA 12.8 but torch 2.14.1+cu130 uses CUDA 13.0" in out
+    assert install_command("cu130", "2.14") in out
