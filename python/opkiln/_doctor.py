@@ -4,6 +4,17 @@ Runs in the user's environment, also when ``import opkiln`` fails: the package
 ``__init__`` hands its error over instead of raising when it runs as
 ``python -m opkiln`` (see ``__init__._doctor_requested``). The library is never
 loaded here when the preflight found a problem, so doctor cannot crash on it.
+
+``--json`` prints one object (``schema`` = JSON_SCHEMA):
+  verdict ("ok" | "warn" | "fail"), summary, fix (first command or null), fixes,
+  checks: [{name, status ("ok" | "info" | "warn" | "fail"), value, detail: [str], fix}],
+  python, platform, torch (version, cuda, cudnn, cxx11_abi, gpus: [{index, name,
+  capability, sm}]), driver, build_info (the wheel's, verbatim), opkiln_path,
+  index_page, preflight {problems, advisories, skipped_by_env}, load_error (the raw
+  loader message, or null), import_error, ops {manifest, registered, missing},
+  fatbin {source, sass, ptx, build_info_archs} and gpu_coverage (CUDA builds),
+  other_copies, library_path {LD_LIBRARY_PATH, LD_PRELOAD, shadows}, customize, env.
+Exit status: 1 when the verdict is "fail", else 0.
 """
 
 from __future__ import annotations
