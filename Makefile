@@ -50,7 +50,8 @@ repro: venv
 
 # bench: build speed, wheel size, import time and kernels; JSON + markdown + PNG in benchmarks/results/.
 bench: venv
-	$(VPY) benchmarks/run_all.py --out benchmarks/results
+	$(KILN) wheels --matrix local --install-into $(VENV)
+	$(VPY) benchmarks/run_all.py --out benchmarks/results $(BENCH_ARGS)
 
 clean:
 	rm -rf build dist tests/_artifacts
