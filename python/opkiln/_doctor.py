@@ -350,7 +350,9 @@ def collect(package_error: BaseException | None = None, environ: Mapping[str, st
     environ = os.environ if environ is None else environ
     package_dir = _preflight.PACKAGE_DIR
     checks: list[Check] = []
-    report: dict[str, Any] = {"schema": JSON_SCHEMA, "opkiln_path": str(package_dir)}
+    report: dict[str, Any] = {"schema": JSON_SCHEMA, "opkiln_path": str(package_dir), "index_page": None,
+                              "preflight": None, "load_error": None, "import_error": None, "ops": None,
+                              "fatbin": None, "gpu_coverage": []}
 
     report["python"] = py = python_facts()
     checks.append(Check("python", INFO, f"{py['version']} ({py['tag']})", [py["executable"]]))
