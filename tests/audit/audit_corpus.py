@@ -57,6 +57,10 @@ extern int kiln_dep(int);
 int kiln_uses_dep(int x) { return kiln_dep(x); }
 """,
     "dep.c": "__attribute__((visibility(\"default\"))) int kiln_dep(int x) { return x - 1; }\n",
+    "mid.c": """
+extern int kiln_dep(int);
+__attribute__((visibility("default"))) int kiln_mid(int x) { return kiln_dep(x); }
+""",
     "depv.map": "KILN_1.0 { global: kiln_dep; local: *; };\n",
     # pthread_create is GLIBC_2.34 on glibc >= 2.34: newer than manylinux_2_28 allows.
     "newglibc.c": """
@@ -150,6 +154,10 @@ def _build_corpus(root: Path) -> Path:
     _cc(out / "sub" / "libdep.so", src / "dep.c", HARDENED)
     # Linked against sub/libdep.so, but no RUNPATH reaches sub/.
     _cc(out / "libneedsdep.so", src / "needs_dep.c", [*HARDENED, f"-L{out / 'sub'}", "-ldep"])
+    # Underlinked: calls kiln_dep but links only libmid.so, which links libdep.so.
+    _cc(out / "sub" / "libmid.so", src / "mid.c", [*HARDENED, f"-L{out / 'sub'}", "-ldep"])
+    _cc(out / "libunder.so", src / "needs_dep.c",
+        [*HARDENED, "-Wl,-rpath,$ORIGIN/sub", f"-L{out / 'sub'}", "-Wl,--no-as-needed", "-lmid"])
     # A versioned dependency whose DT_NEEDED entry was removed afterwards (patchelf --remove-needed):
     # the version need still names libdepv.so.
     _cc(out / "sub" / "libdepv.so", src / "dep.c", [*HARDENED, f"-Wl,--version-script={src / 'depv.map'}"])

@@ -88,6 +88,12 @@ def test_needed_library_not_reachable(corpus: Corpus) -> None:
     assert "libdep.so" in check.detail and "kiln_dep" in check.detail
 
 
+def test_underlinked_library(corpus: Corpus) -> None:
+    check = checks_of(corpus["libunder.so"])["undefined-symbols"]
+    assert not check.ok
+    assert "kiln_dep (only in libdep.so)" in check.detail and "underlinked" in check.detail
+
+
 def test_system_symbols_resolve_with_versions(corpus: Corpus) -> None:
     checks = checks_of(corpus["libnewglibc.so"])
     assert checks["undefined-symbols"].ok, checks["undefined-symbols"].detail

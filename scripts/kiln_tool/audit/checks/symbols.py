@@ -12,6 +12,7 @@ from ..resolve import Location
 
 _TORCH_LIBS = re.compile(r"^lib(torch|c10|caffe2|shm)[a-z0-9_]*\.so")
 _VERSION_RE = re.compile(r"^([A-Z]+)_(.+)$")
+_GLIBC_LIBS = re.compile(r"^(libc|libm|libpthread|libdl|librt|libutil|libanl|libresolv|libnsl)\.so\.\d+$")
 _MAX_SHOWN = 8
 
 
@@ -42,12 +43,16 @@ def check_undefined_symbols(ctx: LibraryContext) -> CheckResult:
     problems: list[str] = []
     missing_libs: list[str] = []
     resolved: list[str] = []
+    direct: list[ElfLibrary] = []
     for name in lib.needed:
         found = resolver.find(name, ctx.location, lib)
         if found is None:
             missing_libs.append(name)
-        else:
-            resolved.append(f"{name} from {found.location.describe()} ({found.via})")
+            continue
+        resolved.append(f"{name} from {found.location.describe()} ({found.via})")
+        dep = resolver.open(found.location)
+        if dep is not None:
+            direct.append(dep)
     if missing_libs:
         problems.append(f"needed libraries not found in the installed layout: {_sample(missing_libs)}")
     stray = sorted(set(lib.version_needs) - set(lib.needed))
@@ -56,20 +61,30 @@ def check_undefined_symbols(ctx: LibraryContext) -> CheckResult:
 
     scope: list[tuple[str, Location, ElfLibrary]] | None = None
     unresolved: list[str] = []
+    indirect: list[str] = []
     for symbol in lib.dynamic_symbols:
         if symbol.defined or symbol.bind == "STB_WEAK":
             continue
         if ctx.loaded_by_python and resolver.policy.provided_by_interpreter(symbol.name):
             continue
+        if any(_provides(dep, symbol) for dep in direct):
+            continue
         if scope is None:
             scope = list(resolver.scope(ctx.location, lib))
-        # ld.so takes a versioned symbol from whichever loaded object defines that version: since
-        # glibc 2.34, pthread_create@GLIBC_2.2.5 needed "from libpthread.so.0" lives in libc.so.6.
-        if any(_provides(dep, symbol) for _, _, dep in scope):
+        provider = next((name for name, _, dep in scope if _provides(dep, symbol)), None)
+        if provider is None:
+            unresolved.append(symbol.display())
+        elif symbol.version_file and _GLIBC_LIBS.match(symbol.version_file) and _GLIBC_LIBS.match(provider):
+            # Since glibc 2.34, pthread_create@GLIBC_2.2.5 needed "from libpthread.so.0" lives in
+            # libc.so.6; ld.so binds it there.
             continue
-        unresolved.append(symbol.display())
+        else:
+            indirect.append(f"{symbol.display()} (only in {provider})")
     if unresolved:
         problems.append(f"{len(unresolved)} undefined symbol(s) no needed library provides: {_sample(unresolved)}")
+    if indirect:
+        problems.append(f"{len(indirect)} symbol(s) come only from libraries that a needed library pulls in "
+                        f"(underlinked; breaks when that library's dependencies change): {_sample(indirect)}")
     if problems:
         torch_related = any(_TORCH_LIBS.match(n) for n in missing_libs) or any(
             s.startswith(("_ZN3c10", "_ZNK3c10", "_ZN2at", "_ZNK2at", "_ZN5torch", "_ZNK5torch")) for s in unresolved)
