@@ -15,7 +15,7 @@ parent (its nearest existing ancestor) keeps two runs from interleaving.
 
 # The loops over every published file use os and str paths: pathlib costs several times more per
 # file, and an index holds tens of thousands of files (target: 10,000 wheels in 3 s).
-# ruff: noqa: PTH102, PTH112, PTH113, PTH115, PTH116, PTH118, PTH211
+# ruff: noqa: PTH102, PTH112, PTH113, PTH115, PTH116, PTH118, PTH208, PTH211
 
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -197,6 +198,64 @@ def build_index(dist: Path, out: Path, base_url: str | None = None, *, audit: Au
 _SMALL_WHEEL = 1 << 24
 
 
+class _Writer:
+    """Writes files on a worker thread, in batches, while the caller reads and checks the next wheels.
+
+    Creating a file costs the kernel far more than writing its few KiB (up to 0.5 ms of system time
+    per file on the ext4 disks seen here), so it overlaps with the checking. Identical METADATA (the
+    wheels of one version for several Pythons and platforms) is written once and hard-linked.
+    """
+
+    BATCH = 128
+
+    def __init__(self) -> None:
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kiln-index-writer")
+        self._pending: list[Future[None]] = []
+        self._batch: list[tuple[str, bytes | str]] = []
+        self._first_copy: dict[str, str] = {}
+
+    def write(self, path: str, data: bytes) -> None:
+        self._add(path, data)
+
+    def write_shared(self, path: str, data: bytes, digest: str) -> None:
+        first = self._first_copy.setdefault(digest, path)
+        self._add(path, data if first == path else first)
+
+    def _add(self, path: str, what: bytes | str) -> None:
+        self._batch.append((path, what))
+        if len(self._batch) >= self.BATCH:
+            self._pending.append(self._pool.submit(_write_batch, self._batch))
+            self._batch = []
+
+    def finish(self) -> None:
+        """Wait for every write; the first failure is raised."""
+        if self._batch:
+            self._pending.append(self._pool.submit(_write_batch, self._batch))
+            self._batch = []
+        self._pool.shutdown(wait=True)
+        for future in self._pending:
+            future.result()
+
+
+def _write_batch(batch: list[tuple[str, bytes | str]]) -> None:
+    """Each item: (path, bytes to write) or (path, an earlier path to hard-link)."""
+    for path, what in batch:
+        if isinstance(what, str):
+            os.link(what, path)
+        else:
+            _write_new(path, what)
+
+
+def _write_new(path: str, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
+
+
 def _stage_new(dist: Path, paths: list[tuple[Path, ParsedName]], out: Path, manifest: Manifest,
                wheel_dir: Path, name_problems: list[str]) -> tuple[list[WheelInfo], list[str]]:
     """Read each wheel of DIST once: compare it with what is published, check it, copy it into the new site.
@@ -208,44 +267,51 @@ def _stage_new(dist: Path, paths: list[tuple[Path, ParsedName]], out: Path, mani
     unchanged: list[str] = []
     problems: list[str] = list(name_problems)
     clashes: list[str] = []
-    for path, parsed in paths:
-        name = path.name
-        staged = wheel_dir / name
-        if path.stat().st_size <= _SMALL_WHEEL:
-            data = path.read_bytes()
-            sha256, size = hashlib.sha256(data).hexdigest(), len(data)
-            source: bytes | Path = data
-        else:
-            sha256, size = _copy_hashed(path, staged)
-            source = staged
-        entry = manifest.wheels.get(name)
-        stray = out / render.WHEEL_DIR / name
-        if entry is not None:
-            # Published before, so checked and audited before: only its bytes matter now.
-            if entry.sha256 == sha256:
-                unchanged.append(name)
+    published_dir = os.path.join(out, render.WHEEL_DIR)
+    already_there = set(os.listdir(published_dir)) if os.path.isdir(published_dir) else set()
+    staging = os.fspath(wheel_dir)
+    writer = _Writer()
+    try:
+        for path, parsed in paths:
+            name = path.name
+            staged = os.path.join(staging, name)
+            with path.open("rb") as fh:
+                small = os.fstat(fh.fileno()).st_size <= _SMALL_WHEEL
+                data = fh.read() if small else b""
+            if small:
+                sha256, size = hashlib.sha256(data).hexdigest(), len(data)
+                source: bytes | Path = data
             else:
-                clashes.append(f"{name}: published with sha256 {entry.sha256}, this one is {sha256}")
-            staged.unlink(missing_ok=True)
-            continue
-        if stray.exists():
-            stray_sha256, _size = file_sha256(stray)
-            if stray_sha256 != sha256:
-                clashes.append(f"{name}: {stray} already holds other bytes (sha256 {stray_sha256})")
-        try:
-            wheel = inspect_wheel(name, parsed, source, sha256, size)
-        except IndexInputError as exc:
-            problems.append(str(exc))
-            staged.unlink(missing_ok=True)
-            continue
-        if problems or clashes:
-            staged.unlink(missing_ok=True)
-            continue  # refusing anyway: keep checking, stop writing
-        if isinstance(source, bytes):
-            with staged.open("xb") as fh:
-                fh.write(source)
-        (wheel_dir / f"{name}.metadata").write_bytes(wheel.metadata)
-        to_add.append(wheel)
+                sha256, size = _copy_hashed(path, Path(staged))
+                source = Path(staged)
+            entry = manifest.wheels.get(name)
+            if entry is not None:
+                # Published before, so checked and audited before: only its bytes matter now.
+                if entry.sha256 == sha256:
+                    unchanged.append(name)
+                else:
+                    clashes.append(f"{name}: published with sha256 {entry.sha256}, this one is {sha256}")
+                if isinstance(source, Path):
+                    source.unlink()
+                continue
+            if name in already_there:
+                stray = Path(published_dir, name)
+                stray_sha256, _size = file_sha256(stray)
+                if stray_sha256 != sha256:
+                    clashes.append(f"{name}: {stray} already holds other bytes (sha256 {stray_sha256})")
+            try:
+                wheel = inspect_wheel(name, parsed, source, sha256, size)
+            except IndexInputError as exc:
+                problems.append(str(exc))
+                continue
+            if problems or clashes:
+                continue  # refusing anyway: keep checking, stop writing (the staging area is dropped)
+            if isinstance(source, bytes):
+                writer.write(staged, source)
+            writer.write_shared(f"{staged}.metadata", wheel.metadata, wheel.metadata_sha256)
+            to_add.append(wheel)
+    finally:
+        writer.finish()
     if problems:
         raise _unusable(dist, problems)
     if clashes:
