@@ -196,7 +196,7 @@ def install_command(info: Mapping[str, Any], env: Environment, environ: Mapping[
 
 def fix_reason(env: Environment) -> str:
     kind = f"CUDA {env.cuda}" if env.cuda else "CPU"
-    return f"install the opkiln wheel built for your torch ({kind}, torch {env.torch_major_minor}), with this Python:"
+    return f"install the opkiln wheel built for your torch ({kind}, torch {env.torch_major_minor}) here:"
 
 
 # The checks -----------------------------------------------------------------------------------
