@@ -42,6 +42,10 @@ def execute(args: argparse.Namespace) -> int:
         print(f"kiln index: {exc}", file=sys.stderr)
         print("kiln index: nothing written", file=sys.stderr)
         return exc.exit_code
+    except OSError as exc:  # a disk that is full or not ours to write: OUT is left as it was
+        print(f"kiln index: cannot write the site: {exc}", file=sys.stderr)
+        print("kiln index: nothing written", file=sys.stderr)
+        return 2
     for wheel in result.added:
         combos = ", ".join(c.page.removesuffix("index.html") for c in wheel.combos)
         print(f"added {wheel.filename} -> {combos}")

@@ -468,8 +468,10 @@ def _swap_into_place(tmp: Path, out: Path) -> None:
     if not out.exists():
         tmp.rename(out)
         return
+    # Once the new site is in place the run has succeeded; what is left of the old one is
+    # only scratch (a later run removes it if this removal is cut short).
     if _exchange(tmp, out):
-        shutil.rmtree(tmp)  # now the old site
+        shutil.rmtree(tmp, ignore_errors=True)  # now the old site
         return
     old = out.with_name(f".{out.name}.old-{os.getpid()}")
     out.rename(old)
@@ -478,7 +480,7 @@ def _swap_into_place(tmp: Path, out: Path) -> None:
     except BaseException:
         old.rename(out)
         raise
-    shutil.rmtree(old)
+    shutil.rmtree(old, ignore_errors=True)
 
 
 __all__ = ["Auditor", "IndexResult", "build_index", "kiln_audit", "list_dist", "normalize_base_url"]
