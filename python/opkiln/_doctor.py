@@ -37,6 +37,7 @@ from . import _preflight
 
 JSON_SCHEMA = 1
 SOURCE_URL = "https://github.com/opkiln/opkiln"
+PYTORCH_INDEX = "https://download.pytorch.org/whl"
 OK, INFO, WARN, FAIL = "ok", "info", "warn", "fail"
 _RANK = {OK: 0, INFO: 0, WARN: 1, FAIL: 2}
 
@@ -229,6 +230,15 @@ def coverage(capability: str, manifest: Mapping[str, list[str]]) -> str | None:
     return None
 
 
+def torch_install_command(info: Mapping[str, Any]) -> str:
+    """The torch this wheel was built for, from PyTorch's own index for its CUDA tag."""
+    if _preflight.is_stable(info):
+        spec = f"torch>={info.get('torch_min') or info.get('torch_major_minor')}"
+    else:
+        spec = f"torch=={info.get('torch_major_minor')}.*"
+    return f'pip install "{spec}" --index-url {PYTORCH_INDEX}/{info.get("cuda_tag") or "cpu"}'
+
+
 # Other copies, loader paths, customize hooks --------------------------------------------------
 
 def search_roots() -> list[Path]:
@@ -362,8 +372,7 @@ def collect(package_error: BaseException | None = None, environ: Mapping[str, st
     report["torch"] = tf = torch_facts()
     report["driver"] = driver = driver_facts()
     if not tf["importable"]:
-        checks.append(Check("torch", FAIL, "not importable", [tf["error"]],
-                            "pip install torch  (the torch your opkiln wheel was built for; see build info)"))
+        checks.append(Check("torch", FAIL, "not importable", [tf["error"]], "pip install torch"))
     else:
         cuda_text = f"CUDA {tf['cuda']}" if tf["cuda"] else "CPU-only"
         checks.append(Check("torch", INFO, f"{tf['version']} ({cuda_text})", [tf["path"]]))
@@ -383,6 +392,8 @@ def collect(package_error: BaseException | None = None, environ: Mapping[str, st
         checks.append(Check("build info", FAIL, "missing", [str(exc)],
                             "pip install --force-reinstall --no-deps opkiln  (from the index page for your torch)"))
     report["build_info"] = info
+    if info is not None and not tf["importable"]:
+        checks[[c.name for c in checks].index("torch")].fix = torch_install_command(info)
 
     env = _preflight.current_environment() if tf["importable"] else None
     fix_command = None

@@ -146,3 +146,12 @@ def test_arch_coverage_rules(good_venv):
     proc = good_venv.run("-c", script, json.dumps(COVERAGE_CASES))
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout) == [expected for _, _, expected in COVERAGE_CASES]
+
+
+def test_doctor_without_torch(make_venv, cpu_wheel, tmp_path_factory):
+    """No torch at all: `import opkiln` fails on torch, doctor still reports and names the torch to install."""
+    venv = make_venv("cpu213-wheel-without-torch", tmp_path_factory.mktemp("no-torch"), cpu_wheel)
+    rc, report = doctor_json(venv)
+    assert rc == 1 and report["verdict"] == "fail"
+    assert report["torch"]["importable"] is False
+    assert report["fix"] == 'pip install "torch==2.13.*" --index-url https://download.pytorch.org/whl/cpu'
