@@ -4,6 +4,7 @@ JavaScript the coverage table still tells everything. Screenshots go to tests/_a
 
 from __future__ import annotations
 
+import json
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -17,6 +18,7 @@ from index.synthetic_wheels import make_wheel
 
 pytestmark = pytest.mark.slow
 
+REPO = Path(__file__).resolve().parents[2]
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
 
@@ -98,6 +100,9 @@ def test_choosing_a_combination_shows_its_install_command(browser: Any, landing_
     # The stable-ABI (abi3) wheel serves every Python from 3.10 on, for torch 2.14 too.
     pip, _uv = _choose(browser, "2.14", "cu130", "3.12")
     assert pip == f"python3.12 -m pip install opkiln -f {landing_url}cu130/torch2.14/index.html"
+    torch_index = json.loads((REPO / "data" / "matrix.json").read_text())["torch_index"].format(variant="cu130")
+    assert f'python3.12 -m pip install "torch==2.14.*" --index-url {torch_index}' in browser.find_element(
+        By.ID, "note").text
     selected = browser.find_elements(By.CSS_SELECTOR, "#coverage tbody tr.selected")
     assert [row.get_attribute("data-torch") + "/" + row.get_attribute("data-cuda") for row in selected] == [
         "2.14/cu130"]

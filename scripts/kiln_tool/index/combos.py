@@ -75,6 +75,8 @@ class TorchCatalog:
     pythons: tuple[str, ...] = ()
     torch_pythons: tuple[tuple[str, tuple[str, ...]], ...] = ()
     """torch major.minor -> the Pythons that torch release publishes wheels for."""
+    torch_index: str | None = None
+    """Where torch's own wheels are, with ``{variant}`` for the CUDA tag."""
 
     @classmethod
     def from_matrix(cls, path: Path | None = None) -> TorchCatalog:
@@ -86,7 +88,7 @@ class TorchCatalog:
             releases[spec.torch] = releases.get(spec.torch, frozenset()) | {spec.cuda}
         torch_pythons = {r.major_minor: tuple(r.python) for r in matrix.torch}
         return cls(releases=tuple(sorted(releases.items())), pythons=tuple(matrix.python),
-                   torch_pythons=tuple(sorted(torch_pythons.items())))
+                   torch_pythons=tuple(sorted(torch_pythons.items())), torch_index=matrix.torch_index)
 
 
 @cache

@@ -173,7 +173,7 @@ def build_index(dist: Path, out: Path, base_url: str | None = None, *, audit: Au
                 added.append(published[wheel.filename])
             new_manifest = Manifest(base_url=base_url or manifest.base_url, wheels=published)
             pythons = set(catalog.pythons) | {python_support(w.python_tag)[0] for w in published.values()}
-            pages = _render_site(new_manifest, sorted(pythons), dict(catalog.torch_pythons))
+            pages = _render_site(new_manifest, sorted(pythons), catalog)
             fresh = {f"{render.WHEEL_DIR}/{w.filename}" for w in to_add}
             fresh |= {f"{render.WHEEL_DIR}/{w.filename}.metadata" for w in to_add}
             _carry_over(out, tmp, skip=set(pages) | fresh)
@@ -379,7 +379,7 @@ def _check_published_files(out: Path, manifest: Manifest) -> None:
         )
 
 
-def _render_site(manifest: Manifest, pythons: list[str], torch_pythons: dict[str, tuple[str, ...]]) -> dict[str, str]:
+def _render_site(manifest: Manifest, pythons: list[str], catalog: TorchCatalog) -> dict[str, str]:
     """Every page of the site, by path relative to the root."""
     by_combo: dict[Combination, list[PublishedWheel]] = {}
     by_project: dict[str, list[PublishedWheel]] = {}
@@ -398,7 +398,7 @@ def _render_site(manifest: Manifest, pythons: list[str], torch_pythons: dict[str
     title = "opkiln" if "opkiln" in by_project else projects[0]
     pages["index.html"] = render.landing_page(
         render.Site(project=title, base_url=manifest.base_url, combos=by_combo, pythons=pythons,
-                    torch_pythons=torch_pythons)
+                    torch_pythons=dict(catalog.torch_pythons), torch_index=catalog.torch_index)
     )
     pages[MANIFEST_NAME] = manifest.to_json()
     pages[".nojekyll"] = ""  # GitHub Pages: serve every file as it is

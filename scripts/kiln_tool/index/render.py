@@ -87,6 +87,8 @@ class Site:
     pythons: Sequence[str]
     torch_pythons: Mapping[str, Sequence[str]]
     """torch major.minor -> Pythons that torch release exists for (a stable-ABI wheel fits no others)."""
+    torch_index: str | None = None
+    """torch's own index, ``{variant}`` standing for the CUDA tag (data/matrix.json)."""
 
 
 def _template(name: str) -> str:
@@ -159,6 +161,7 @@ def landing_page(site: Site) -> str:
         "project": site.project,
         "base_url": site.base_url,
         "combos": data_combos,
+        "torch_index": site.torch_index,
     }
     # "</" cannot end the script element early once escaped; JSON.parse reads "<\/" as "</".
     data_json = json.dumps(data, sort_keys=True, separators=(",", ":")).replace("</", "<\\/")

@@ -47,8 +47,12 @@
     var url = absolute(combo.page);
     show("python" + python.value + " -m pip install " + data.project + " -f " + url, true,
       "uv pip install --python " + python.value + " " + data.project + " -f " + url);
-    note.textContent = "Needs PyTorch " + combo.torch + " (" + cudaLabel(combo.cuda) + " build) installed first. " +
-      "Wheels for " + platforms.join(", ") + ".";
+    var first = "Needs PyTorch " + combo.torch + " (" + cudaLabel(combo.cuda) + " build) installed first";
+    if (data.torch_index) {
+      first += ": python" + python.value + " -m pip install \"torch==" + combo.torch + ".*\" --index-url " +
+        data.torch_index.replace("{variant}", combo.cuda);
+    }
+    note.textContent = first + ". Wheels for " + platforms.join(", ") + ".";
   }
 
   var cmds = document.querySelectorAll("code.cmd[data-page]");
