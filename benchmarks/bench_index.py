@@ -15,6 +15,7 @@ audit runs per new wheel in `kiln index`), and so is making the wheels.
 from __future__ import annotations
 
 import argparse
+import resource
 import shutil
 import sys
 import tempfile
@@ -66,11 +67,12 @@ def make_wheels(dist: Path, count: int, catalog: TorchCatalog) -> None:
 
 
 def timed(label: str, dist: Path, out: Path, catalog: TorchCatalog) -> float:
-    start, cpu = time.perf_counter(), time.process_time()
+    start, before = time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF)
     result = build_index(dist, out, "https://example.invalid/wheels/", audit=None, catalog=catalog)
-    elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
-    print(f"{label:6s} {elapsed:6.2f} s wall, {cpu:5.2f} s CPU  ({len(result.added)} new, {result.total} listed, "
-          f"{len(result.combos)} combinations)")
+    elapsed, after = time.perf_counter() - start, resource.getrusage(resource.RUSAGE_SELF)
+    user, system = after.ru_utime - before.ru_utime, after.ru_stime - before.ru_stime
+    print(f"{label:6s} {elapsed:6.2f} s wall, CPU {user:5.2f} s user + {system:5.2f} s system  "
+          f"({len(result.added)} new, {result.total} listed, {len(result.combos)} combinations)")
     return elapsed
 
 
