@@ -7,9 +7,11 @@ import json
 import shutil
 import subprocess
 import sys
+import threading
+import urllib.request
 from pathlib import Path
 
-from index.helpers import KILN, kiln_index, leftovers, tree
+from index.helpers import KILN, Server, kiln_index, leftovers, tree
 from index.synthetic_wheels import make_wheel, reversion, rezip, tamper
 
 
@@ -126,3 +128,40 @@ def test_scratch_of_an_interrupted_run_is_cleaned_up(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert f"removed {stale}" in result.stdout
     assert leftovers(tmp_path) == []
+
+
+def test_readers_never_see_a_missing_or_partial_site(server: Server, tmp_path: Path) -> None:
+    """While releases merge, a client fetching pages over HTTP always gets complete, consistent ones."""
+    out = server.root / "busy"
+    assert kiln_index(make_wheel(tmp_path / "dist0", version="0.0.1+pt213cpu").parent, out).returncode == 0
+    stop = threading.Event()
+    seen: list[str] = []
+    failures: list[str] = []
+
+    def read() -> None:
+        pages = ("index.html", "cpu/torch2.13/index.html", "simple/opkiln/", "kiln-index.json")
+        while not stop.is_set() and len(seen) < 5000:
+            for page in pages:
+                try:
+                    with urllib.request.urlopen(f"{server.url}busy/{page}", timeout=10) as response:
+                        body = response.read().decode()
+                except OSError as exc:
+                    failures.append(f"{page}: {exc}")
+                    continue
+                complete = json.loads(body) if page.endswith(".json") else body.endswith("</html>\n")
+                if not complete:
+                    failures.append(f"{page}: truncated")
+                seen.append(page)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    try:
+        for version in ("0.1.0", "0.2.0", "0.3.0"):
+            result = kiln_index(make_wheel(tmp_path / f"dist-{version}", version=f"{version}+pt213cpu").parent, out)
+            assert result.returncode == 0, result.stderr
+    finally:
+        stop.set()
+        reader.join(timeout=60)
+    assert seen
+    assert failures == []
+    assert len(_listed(out)) == 4
