@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from elftools.elf.elffile import ELFFile
 from elftools.elf.gnuversions import GNUVerNeedSection, GNUVerSymSection
+from elftools.elf.sections import SymbolTableSection
 
 from kiln_tool.build_info import op_manifest
 from kiln_tool.build_metadata import STABLE_ABI_MIN_TORCH
@@ -35,7 +36,7 @@ STABLE_SHIM_SYMBOL = re.compile(r"^(aoti_torch_|torch_)[a-z0-9_]+$")
 TORCH_CXX_SYMBOL = re.compile(r"^_ZN[KVRO]*(?:St)?(?:3c10|2at|5torch|6caffe2)")
 # Libraries the stable CPU library may need: torch's CPU library (the shim), and the C/C++ runtime.
 ALLOWED_NEEDED = {"libtorch_cpu.so", "libc.so.6", "libm.so.6", "libstdc++.so.6", "libgcc_s.so.1", "libdl.so.2",
-                  "libpthread.so.0"}
+                  "libpthread.so.0", "ld-linux-x86-64.so.2", "ld-linux-aarch64.so.1"}
 # Undefined weak symbols every shared object carries (toolchain glue, not imports of ours).
 TOOLCHAIN_WEAK = {"_ITM_deregisterTMCloneTable", "_ITM_registerTMCloneTable", "__gmon_start__", "__cxa_finalize"}
 
@@ -97,6 +98,7 @@ def _undefined_symbols(data: bytes) -> dict[str, str | None]:
                 versions[aux["vna_other"]] = aux.name
     versym = elf.get_section_by_name(".gnu.version")
     dynsym = elf.get_section_by_name(".dynsym")
+    assert isinstance(dynsym, SymbolTableSection)
     out: dict[str, str | None] = {}
     for index, sym in enumerate(dynsym.iter_symbols()):
         if not sym.name or sym["st_shndx"] != "SHN_UNDEF":
@@ -109,6 +111,7 @@ def _undefined_symbols(data: bytes) -> dict[str, str | None]:
 def _exported(lib: Path) -> set[str]:
     with lib.open("rb") as fh:
         dynsym = ELFFile(fh).get_section_by_name(".dynsym")
+        assert isinstance(dynsym, SymbolTableSection)
         return {s.name for s in dynsym.iter_symbols() if s.name and s["st_shndx"] != "SHN_UNDEF"}
 
 
