@@ -8,7 +8,7 @@
 #include "binding.h"
 
 namespace opkiln::binding {
-namespace {
+namespace nms_impl {
 
 constexpr std::string_view kOp = "nms";
 
@@ -56,12 +56,11 @@ at::Tensor nms_cuda(const at::Tensor& boxes, const at::Tensor& scores, double io
 }
 #endif
 
-}  // namespace
-
-TORCH_LIBRARY_IMPL(opkiln, CPU, m) { m.impl("nms", &nms_cpu); }
+}  // namespace nms_impl
+TORCH_LIBRARY_IMPL(opkiln, CPU, m) { m.impl("nms", &nms_impl::nms_cpu); }
 
 #if OPKILN_WITH_CUDA
-TORCH_LIBRARY_IMPL(opkiln, CUDA, m) { m.impl("nms", &nms_cuda); }
+TORCH_LIBRARY_IMPL(opkiln, CUDA, m) { m.impl("nms", &nms_impl::nms_cuda); }
 #endif
 
 }  // namespace opkiln::binding

@@ -20,7 +20,7 @@
 #include "binding.h"
 
 namespace opkiln::binding {
-namespace {
+namespace rms_norm_impl {
 
 constexpr std::string_view kFwd = "_rms_norm_forward";
 constexpr std::string_view kBwd = "_rms_norm_backward";
@@ -173,20 +173,19 @@ at::Tensor rms_norm_composite(const at::Tensor& x, const at::Tensor& weight, dou
   return std::get<0>(forward.call(x, weight, eps));
 }
 
-}  // namespace
-
+}  // namespace rms_norm_impl
 TORCH_LIBRARY_IMPL(opkiln, CPU, m) {
-  m.impl("_rms_norm_forward", &forward_cpu);
-  m.impl("_rms_norm_backward", &backward_cpu);
+  m.impl("_rms_norm_forward", &rms_norm_impl::forward_cpu);
+  m.impl("_rms_norm_backward", &rms_norm_impl::backward_cpu);
 }
 
 #if OPKILN_WITH_CUDA
 TORCH_LIBRARY_IMPL(opkiln, CUDA, m) {
-  m.impl("_rms_norm_forward", &forward_cuda);
-  m.impl("_rms_norm_backward", &backward_cuda);
+  m.impl("_rms_norm_forward", &rms_norm_impl::forward_cuda);
+  m.impl("_rms_norm_backward", &rms_norm_impl::backward_cuda);
 }
 #endif
 
-TORCH_LIBRARY_IMPL(opkiln, CompositeImplicitAutograd, m) { m.impl("rms_norm", &rms_norm_composite); }
+TORCH_LIBRARY_IMPL(opkiln, CompositeImplicitAutograd, m) { m.impl("rms_norm", &rms_norm_impl::rms_norm_composite); }
 
 }  // namespace opkiln::binding

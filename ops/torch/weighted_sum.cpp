@@ -7,7 +7,7 @@
 #include "binding.h"
 
 namespace opkiln::binding {
-namespace {
+namespace weighted_sum_impl {
 
 constexpr std::string_view kOp = "weighted_sum";
 
@@ -48,12 +48,12 @@ at::Tensor weighted_sum_cuda(const at::Tensor& a, const at::Tensor& b, double al
 }
 #endif
 
-}  // namespace
+}  // namespace weighted_sum_impl
 
-TORCH_LIBRARY_IMPL(opkiln, CPU, m) { m.impl("weighted_sum", &weighted_sum_cpu); }
+TORCH_LIBRARY_IMPL(opkiln, CPU, m) { m.impl("weighted_sum", &weighted_sum_impl::weighted_sum_cpu); }
 
 #if OPKILN_WITH_CUDA
-TORCH_LIBRARY_IMPL(opkiln, CUDA, m) { m.impl("weighted_sum", &weighted_sum_cuda); }
+TORCH_LIBRARY_IMPL(opkiln, CUDA, m) { m.impl("weighted_sum", &weighted_sum_impl::weighted_sum_cuda); }
 #endif
 
 }  // namespace opkiln::binding

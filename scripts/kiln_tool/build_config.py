@@ -15,6 +15,8 @@ from .build_metadata import STABLE_ABI_MIN_TORCH
 from .torch_probe import TorchInstall, TorchNotFound, find_torch
 from .variant import BuildVariant, VariantError, resolve_variant, wheel_version
 
+MIN_CXX_STANDARD = 20
+
 
 def config_values(torch: TorchInstall, variant: BuildVariant) -> dict[str, str]:
     return {
@@ -26,7 +28,8 @@ def config_values(torch: TorchInstall, variant: BuildVariant) -> dict[str, str]:
         "OPKILN_TORCH_INCLUDE_DIRS": ";".join(torch.include_dirs),
         "OPKILN_TORCH_LIB_DIR": torch.lib_dir,
         "OPKILN_TORCH_CXX11_ABI": "1" if torch.cxx11_abi else "0",
-        "OPKILN_TORCH_CXX_STANDARD": str(torch.cxx_standard),
+        # torch's own requirement, raised to the C++20 our kernels are written in.
+        "OPKILN_TORCH_CXX_STANDARD": str(max(torch.cxx_standard, MIN_CXX_STANDARD)),
         "OPKILN_WITH_CUDA": "ON" if variant.cuda else "OFF",
         "OPKILN_VARIANT_TAG": variant.cuda_tag,
         "OPKILN_ABI_MODE": variant.mode,

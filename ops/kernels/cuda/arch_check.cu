@@ -10,12 +10,14 @@
 #endif
 
 namespace opkiln::kernels {
-namespace {
+// A named namespace, not an anonymous one: nvcc hashes the absolute source path into
+// anonymous-namespace names, which would make the fatbin differ between checkouts.
+namespace arch_check_cu {
 
 __global__ void arch_probe_kernel() {}
 
-}  // namespace
-
+}  // namespace arch_check_cu
+using namespace arch_check_cu;
 CudaStatus kernel_image_status() {
   cudaFuncAttributes attributes{};
   const cudaError_t status = cudaFuncGetAttributes(&attributes, arch_probe_kernel);

@@ -21,7 +21,9 @@
 #include "cuda_common.cuh"
 
 namespace opkiln::kernels {
-namespace {
+// A named namespace, not an anonymous one: nvcc hashes the absolute source path into
+// anonymous-namespace names, which would make the fatbin differ between checkouts.
+namespace nms_cu {
 
 constexpr int kBlock = 64;                                // boxes per mask word
 constexpr std::size_t kMaskBytes = std::size_t{64} << 20;  // mask memory per chunk
@@ -277,8 +279,8 @@ CudaStatus run_nms(const T* boxes, const T* scores, std::int64_t n, double thres
   return 0;
 }
 
-}  // namespace
-
+}  // namespace nms_cu
+using namespace nms_cu;
 std::size_t nms_cuda_workspace_bytes(ScalarKind kind, std::int64_t n) {
   if (n <= 0) return 0;
   std::size_t bytes = 0;

@@ -13,7 +13,9 @@
 #include "cuda_common.cuh"
 
 namespace opkiln::kernels {
-namespace {
+// A named namespace, not an anonymous one: nvcc hashes the absolute source path into
+// anonymous-namespace names, which would make the fatbin differ between checkouts.
+namespace rms_norm_cu {
 
 template <typename T, int N>
 struct alignas(sizeof(T) * N) Pack {
@@ -276,8 +278,8 @@ CudaStatus with_vecs(int vecs, F&& f) {
   return f.template operator()<1>();
 }
 
-}  // namespace
-
+}  // namespace rms_norm_cu
+using namespace rms_norm_cu;
 CudaStatus rms_norm_forward_cuda(ScalarKind kind, const void* x, const void* w, void* y, void* rstd,
                                  std::int64_t rows, std::int64_t cols, double eps, CudaStream stream) {
   if (rows == 0) return 0;

@@ -5,7 +5,9 @@
 #include "cuda_common.cuh"
 
 namespace opkiln::kernels {
-namespace {
+// A named namespace, not an anonymous one: nvcc hashes the absolute source path into
+// anonymous-namespace names, which would make the fatbin differ between checkouts.
+namespace weighted_sum_cu {
 
 template <typename T>
 struct alignas(16) Vec16 {
@@ -64,8 +66,8 @@ constexpr std::int64_t kMaxGrid = 0x7fffffff;
 
 bool aligned16(const void* p) { return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0; }
 
-}  // namespace
-
+}  // namespace weighted_sum_cu
+using namespace weighted_sum_cu;
 CudaStatus weighted_sum_cuda(ScalarKind kind, const void* a, const void* b, void* out, std::int64_t n,
                              double alpha, CudaStream stream) {
   if (n == 0) return 0;
