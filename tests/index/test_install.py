@@ -118,3 +118,53 @@ def test_uv_simple_index(venv: Path, site_url: str, published_wheel: Path, serve
     assert result.returncode == 0, result.stdout + result.stderr
     _assert_installed_and_runs(venv, published_wheel, server, "opkiln/")
     assert any(p.endswith(".whl.metadata") for p in server.requests), "uv did not use the PEP 658 metadata"
+
+
+CU130_VENV = Path(__file__).resolve().parents[2] / ".venvs" / "torch2.14-cu130-py3.11"
+
+
+@pytest.fixture(scope="module")
+def cuda_site_url(server: Server, cuda_wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The site of the torch 2.14 + CUDA 13.0 wheel (repaired and audited like a release's)."""
+    dist = tmp_path_factory.mktemp("dist-cu130")
+    if "manylinux" in cuda_wheel.name:
+        shutil.copy2(cuda_wheel, dist / cuda_wheel.name)
+    else:
+        result = _run(sys.executable, Path(__file__).resolve().parents[2] / "scripts" / "kiln", "repair",
+                      cuda_wheel, "-w", dist)
+        assert result.returncode == 0, result.stdout + result.stderr
+    url = f"{server.url}opkiln-cu130/"
+    result = _run(sys.executable, Path(__file__).resolve().parents[2] / "scripts" / "kiln", "index", dist,
+                  server.root / "opkiln-cu130", "--base-url", url)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return url
+
+
+@pytest.fixture(scope="module")
+def torch214_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh venv seeing torch 2.14.1+cu130 of the CUDA build venv (a .pth file, not a 3.7 GB reinstall)."""
+    if not CU130_VENV.exists():
+        pytest.skip(f"{CU130_VENV} is missing (make wheels VARIANT=cu130 creates it)")
+    venv = tmp_path_factory.mktemp("index-venv-cu130") / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    site_packages = next((venv / "lib").glob("python3*/site-packages"))
+    build_site = next((CU130_VENV / "lib").glob("python3*/site-packages"))
+    (site_packages / "torch_from_build_venv.pth").write_text(f"{build_site}\n")
+    return venv / "bin" / "python"
+
+
+def test_pip_find_links_page_cuda(torch214_python: Path, cuda_site_url: str, server: Server) -> None:
+    """The cu130/torch2.14 page installs the CUDA wheel next to torch 2.14.1+cu130; its op runs (on the CPU).
+
+    --no-deps: torch here comes from a .pth file whose own dependencies pip would try to complete.
+    """
+    server.requests.clear()
+    result = _run(torch214_python, "-m", "pip", "install", "--no-cache-dir", "--no-index", "--no-deps", "opkiln",
+                  "-f", f"{cuda_site_url}cu130/torch2.14/index.html")
+    assert result.returncode == 0, result.stdout + result.stderr
+    run = _run(torch214_python, "-c", RUN_OP)
+    assert run.returncode == 0, run.stderr
+    version, values = run.stdout.strip().splitlines()[-2:]
+    assert version.endswith("+pt214cu130")
+    assert values == "[0.25, 0.25, 0.25]"
+    assert any(p.startswith("/opkiln-cu130/wheels/") for p in server.requests)
