@@ -20,13 +20,14 @@ STABLE_WHEELS = ARTIFACTS / "stable-wheels"
 CU130_VENV = REPO / ".venvs" / "torch2.14-cu130-py3.11"
 
 
-def build_stable_wheel(python: Path, variant: str, local: str, build_dir: Path) -> Path:
+def build_stable_wheel(python: Path, variant: str, local: str, build_dir: Path,
+                       extra_env: dict[str, str] | None = None) -> Path:
     """Build the stable-ABI wheel of `variant` with `python`'s torch; return the one file it made."""
     STABLE_WHEELS.mkdir(parents=True, exist_ok=True)
     pattern = f"opkiln-*+{local}-cp310-abi3-*.whl"
     for old in STABLE_WHEELS.glob(pattern):
         old.unlink()
-    env = dict(os.environ, OPKILN_ABI_MODE="stable", OPKILN_VARIANT=variant)
+    env = dict(os.environ, OPKILN_ABI_MODE="stable", OPKILN_VARIANT=variant, **(extra_env or {}))
     env.setdefault("CMAKE_BUILD_PARALLEL_LEVEL", "2")
     subprocess.run(
         [str(python), "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-q", "-w", str(STABLE_WHEELS),
@@ -42,6 +43,18 @@ def build_stable_wheel(python: Path, variant: str, local: str, build_dir: Path) 
 def stable_cpu_wheel() -> Path:
     """The CPU stable-ABI wheel (opkiln-<v>+cpu-cp310-abi3-linux_x86_64.whl), built with the dev venv's torch."""
     return build_stable_wheel(Path(sys.executable), "cpu", "cpu", ARTIFACTS / "build-stable-cpu")
+
+
+@pytest.fixture(scope="session")
+def stable_cu130_wheel() -> Path:
+    """The CUDA 13.0 stable-ABI wheel, built with the CUDA build venv's torch 2.14.1 headers and nvcc 13.0
+    (one arch, 9.0+PTX, unless OPKILN_CUDA_ARCHS says otherwise: the tests read the library, not the GPU code)."""
+    python = CU130_VENV / "bin" / "python"
+    if not python.exists():
+        pytest.skip(f"{CU130_VENV} is missing (make wheels VARIANT=cu130 creates it)")
+    archs = os.environ.get("OPKILN_CUDA_ARCHS") or "9.0+PTX"
+    return build_stable_wheel(python, "cuda", "cu130", ARTIFACTS / "build-stable-cu130",
+                              {"OPKILN_CUDA_ARCHS": archs})
 
 
 def _site_packages(venv: Path) -> Path:

@@ -73,11 +73,13 @@ def test_wheel_name_metadata_and_build_info(stable_cpu_wheel: Path) -> None:
     assert name == "opkiln/_C.abi3.so"
 
 
-def test_abi3audit_finds_nothing(stable_cpu_wheel: Path) -> None:
+@pytest.mark.parametrize("variant", ["cpu", "cu130"])
+def test_abi3audit_finds_nothing(variant: str, request: pytest.FixtureRequest) -> None:
     abi3audit = Path(sys.executable).with_name("abi3audit")
     if not abi3audit.exists():
         pytest.skip(f"abi3audit is not installed in {sys.prefix} (pip install -r requirements/dev.txt)")
-    out = subprocess.run([str(abi3audit), "--report", "--strict", str(stable_cpu_wheel)], capture_output=True,
+    wheel: Path = request.getfixturevalue(f"stable_{variant}_wheel")
+    out = subprocess.run([str(abi3audit), "--report", "--strict", str(wheel)], capture_output=True,
                          text=True, check=False)
     assert out.returncode == 0, out.stdout + out.stderr
     (spec,) = json.loads(out.stdout)["specs"].values()
@@ -115,12 +117,14 @@ def _exported(lib: Path) -> set[str]:
         return {s.name for s in dynsym.iter_symbols() if s.name and s["st_shndx"] != "SHN_UNDEF"}
 
 
-def test_library_imports_only_the_stable_c_shim(stable_cpu_wheel: Path) -> None:
-    """Linked to libtorch_cpu only; every torch symbol it imports is a C entry point of the stable shim,
-    exported by torch 2.13 and 2.14 alike; nothing mangled from c10/at/torch; Python symbols are abi3audit's."""
-    _, data = extension_of(stable_cpu_wheel)
+def _check_imports_only_stable_shim(wheel: Path, runtime_libs: set[str]) -> set[str]:
+    """Needs only libtorch_cpu, `runtime_libs` and the C/C++ runtime; every torch symbol it imports is a C
+    entry point of the stable shim, exported by torch 2.13 and 2.14 alike; nothing mangled from
+    c10/at/torch (Python symbols are abi3audit's). Returns the torch symbols it imports."""
+    _, data = extension_of(wheel)
     facts = read_elf(data)
-    assert set(facts.needed) <= ALLOWED_NEEDED, f"unexpected libraries: {set(facts.needed) - ALLOWED_NEEDED}"
+    allowed = ALLOWED_NEEDED | runtime_libs
+    assert set(facts.needed) <= allowed, f"unexpected libraries: {set(facts.needed) - allowed}"
     assert "libtorch_cpu.so" in facts.needed
     assert facts.exported == ("PyInit__C",)
 
@@ -140,6 +144,21 @@ def test_library_imports_only_the_stable_c_shim(stable_cpu_wheel: Path) -> None:
     for torch in torches:
         missing = sorted(torch_imports - _exported(Path(torch.lib_dir) / "libtorch_cpu.so"))
         assert not missing, f"torch {torch.version}'s libtorch_cpu.so does not export {missing}"
+    return torch_imports
+
+
+def test_library_imports_only_the_stable_c_shim(stable_cpu_wheel: Path) -> None:
+    _check_imports_only_stable_shim(stable_cpu_wheel, set())
+
+
+def test_cuda_library_needs_no_torch_cuda_library(stable_cu130_wheel: Path) -> None:
+    """The CUDA stable library links the CUDA runtime beside libtorch_cpu, and nothing of torch's CUDA
+    libraries: the current stream's shim (in libtorch_cuda) is looked up at run time, not imported."""
+    torch_imports = _check_imports_only_stable_shim(stable_cu130_wheel, {"libcudart.so.13"})
+    assert "aoti_torch_get_current_cuda_stream" not in torch_imports
+    info = json.loads(wheel_text(stable_cu130_wheel, "opkiln/_build_info.json"))
+    assert info["abi_mode"] == "stable" and info["cuda"] == "13.0" and info["torch_min"] == STABLE_ABI_MIN_TORCH
+    assert re.fullmatch(r"opkiln-[^-]+\+cu130-cp310-abi3-linux_x86_64\.whl", stable_cu130_wheel.name)
 
 
 def test_kiln_audit(stable_cpu_wheel: Path) -> None:
