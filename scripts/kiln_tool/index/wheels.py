@@ -95,13 +95,6 @@ def file_sha256(path: Path) -> tuple[str, int]:
     return digest.hexdigest(), size
 
 
-def read_wheel(path: Path) -> WheelInfo:
-    """Inspect the wheel at ``path``; :class:`IndexInputError` if it is unusable."""
-    parsed = check_wheel_name(path.name)
-    data = path.read_bytes()
-    return inspect_wheel(path.name, parsed, data, hashlib.sha256(data).hexdigest(), len(data))
-
-
 def inspect_wheel(name: str, parsed: ParsedName, source: bytes | Path, sha256: str, size: int) -> WheelInfo:
     """Check a wheel whose name passed :func:`check_wheel_name` and whose bytes hash to ``sha256``.
 
