@@ -142,7 +142,8 @@ def main(argv: list[str] | None = None) -> int:
     ccache = shutil.which("ccache")
     ccache_s = None
     if ccache:
-        cache_env = {**{k: v for k, v in ours_env.items() if k != "CCACHE_DISABLE"}, "CCACHE_DIR": str(work / "ccache"), "CCACHE_BASEDIR": str(REPO),
+        cache_env = {**{k: v for k, v in ours_env.items() if k != "CCACHE_DISABLE"},
+                     "CCACHE_DIR": str(work / "ccache"), "CCACHE_BASEDIR": str(REPO),
                      "CMAKE_C_COMPILER_LAUNCHER": ccache, "CMAKE_CXX_COMPILER_LAUNCHER": ccache,
                      "CMAKE_CUDA_COMPILER_LAUNCHER": ccache}
         ours(work / "ours-ccache", cache_env)  # warm the cache

@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
+from typing import IO
 
 from .matrix_data import BuildSpec
 
@@ -71,7 +72,7 @@ def ensure_build_env(spec: BuildSpec, log: Path) -> Path:
     return python
 
 
-def _run(cmd: list[str], log: object) -> None:
-    proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT)  # type: ignore[arg-type]
+def _run(cmd: list[str], log: IO[str]) -> None:
+    proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT)
     if proc.returncode != 0:
         raise BuildEnvError(f"`{' '.join(cmd)}` failed (exit {proc.returncode}); see the log")

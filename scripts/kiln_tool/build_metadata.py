@@ -5,10 +5,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from .matrix_data import load_matrix
 from .torch_probe import find_torch
 from .variant import resolve_variant, torch_requirement, wheel_version
 
-STABLE_ABI_MIN_TORCH = "2.11"
+# The oldest torch a stable-ABI wheel supports (TORCH_TARGET_VERSION, the metadata's
+# torch>= and the build info's torch_min), from data/matrix.json. 2.11, not 2.13: built
+# for 2.13, every shim call needs torch_exception_get_what*, which 2.11 lacks.
+STABLE_ABI_MIN_TORCH: str = str(load_matrix()["stable_abi"]["min_torch"])
 
 
 def dynamic_metadata(settings: Mapping[str, Any], project: Mapping[str, Any]) -> dict[str, Any]:

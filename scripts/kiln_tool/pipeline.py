@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -128,7 +129,8 @@ def place(wheel: Path, dist: Path) -> Path:
     return target
 
 
-def run_pipeline(spec: BuildSpec, dist: Path, logs: Path, progress: object | None = None,
+def run_pipeline(spec: BuildSpec, dist: Path, logs: Path,
+                 progress: Callable[[BuildSpec, str], None] | None = None,
                  install_into: Path | None = None) -> BuildResult:
     result = BuildResult(spec=spec, log=logs / f"{spec.name}.log")
     logs.mkdir(parents=True, exist_ok=True)
@@ -138,7 +140,7 @@ def run_pipeline(spec: BuildSpec, dist: Path, logs: Path, progress: object | Non
     def step(name: str) -> None:
         result.steps.append(name)
         if progress is not None:
-            progress(spec, name)  # type: ignore[operator]
+            progress(spec, name)
 
     started = time.perf_counter()
     try:

@@ -52,11 +52,12 @@ def _read_version_module(path: Path) -> dict[str, object]:
 def _cxx11_abi(lib: Path) -> bool:
     """True when libc10 exports std::__cxx11 symbols (built with _GLIBCXX_USE_CXX11_ABI=1)."""
     from elftools.elf.elffile import ELFFile
+    from elftools.elf.sections import SymbolTableSection
 
     with lib.open("rb") as fh:
         elf = ELFFile(fh)
         dynsym = elf.get_section_by_name(".dynsym")
-        if dynsym is None:
+        if not isinstance(dynsym, SymbolTableSection):
             raise TorchNotFound(f"{lib} has no dynamic symbol table")
         for sym in dynsym.iter_symbols():
             if "__cxx11" in sym.name:

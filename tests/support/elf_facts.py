@@ -38,9 +38,7 @@ def read_elf(data: bytes) -> ElfFacts:
                     runpath += tag.runpath.split(":")
                 elif tag.entry.d_tag == "DT_RPATH":
                     rpath += tag.rpath.split(":")
-                elif tag.entry.d_tag == "DT_TEXTREL":
-                    textrel = True
-                elif tag.entry.d_tag == "DT_FLAGS" and tag.entry.d_val & 0x4:  # DF_TEXTREL
+                elif tag.entry.d_tag == "DT_TEXTREL" or (tag.entry.d_tag == "DT_FLAGS" and tag.entry.d_val & 0x4):
                     textrel = True
     exec_stack = any(
         seg["p_type"] == "PT_GNU_STACK" and seg["p_flags"] & P_FLAGS.PF_X for seg in elf.iter_segments()

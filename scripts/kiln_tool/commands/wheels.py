@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..matrix_data import BuildSpec
 
 HELP = "build + auditwheel repair + kiln audit each combination; passing wheels land in dist/"
 
@@ -17,7 +21,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                         help="also pip install (no deps) each wheel whose torch matches this venv's (e.g. .venv)")
 
 
-def _select(args: argparse.Namespace) -> list[object]:
+def _select(args: argparse.Namespace) -> list[BuildSpec]:
     from ..matrix_data import local_builds
 
     local = local_builds()
@@ -47,16 +51,16 @@ def execute(args: argparse.Namespace) -> int:
     logs = REPO_ROOT / "build" / "logs"
     results = []
     with console.status("starting") as status:
-        def progress(spec: object, step: str) -> None:
-            status.update(f"[bold]{spec.name}[/]: {step}")  # type: ignore[attr-defined]
-            console.log(f"{spec.name}: {step}")  # type: ignore[attr-defined]
+        def progress(spec: BuildSpec, step: str) -> None:
+            status.update(f"[bold]{spec.name}[/]: {step}")
+            console.log(f"{spec.name}: {step}")
 
         for spec in specs:
-            results.append(run_pipeline(spec, dist, logs, progress, args.install_into))  # type: ignore[arg-type]
+            results.append(run_pipeline(spec, dist, logs, progress, args.install_into))
 
     table = Table(title="kiln wheels")
     for column in ("combination", "wheel", "size", "build time", "audit"):
-        table.add_column(column)
+        table.add_column(column, overflow="fold")
     for r in results:
         table.add_row(r.spec.name, r.wheel.name if r.wheel else "-", f"{r.size / 1024:.0f} KiB" if r.wheel else "-",
                       f"{r.build_seconds:.1f} s", r.verdict)
