@@ -15,9 +15,6 @@
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
 
-#include <array>
-#include <atomic>
-
 #include "../kernels/cuda/arch_check.h"
 #endif
 
@@ -61,20 +58,9 @@ inline void check_cuda_status(kernels::CudaStatus status, std::string_view op) {
 // runs on gets an error naming its arch and ours, not "no kernel image is
 // available for execution on the device".
 inline void check_kernel_image(c10::DeviceIndex device) {
-  static std::array<std::atomic<bool>, 64> verified{};
-  const auto slot = static_cast<std::size_t>(device);
-  if (slot < verified.size() && verified[slot].load(std::memory_order_acquire)) return;
-  const kernels::CudaStatus status = kernels::kernel_image_status();
-  if (status == static_cast<kernels::CudaStatus>(cudaErrorNoKernelImageForDevice)) {
-    const int cc = kernels::device_compute_capability(device);
-    TORCH_CHECK(false, "opkiln: this GPU (cuda:", static_cast<int>(device), ", sm_", cc, ", compute capability ",
-                cc / 10, ".", cc % 10, ") is not supported by this opkiln wheel. It carries CUDA kernels for ",
-                kernels::compiled_cuda_archs(), " (SASS for each arch, PTX only for those marked +PTX), and none of ",
-                "them runs on sm_", cc, ". Install an opkiln wheel built for this GPU, or build one from source with ",
-                "OPKILN_CUDA_ARCHS=\"", cc / 10, ".", cc % 10, "\". `python -m opkiln doctor` shows the details.");
-  }
+  const kernels::CudaStatus status = kernels::cached_kernel_image_status(device);
+  TORCH_CHECK(!kernels::is_unsupported_gpu(status), kernels::unsupported_gpu_message(device));
   check_cuda_status(status, "kernel image check");
-  if (slot < verified.size()) verified[slot].store(true, std::memory_order_release);
 }
 
 inline kernels::CudaStream current_stream() {

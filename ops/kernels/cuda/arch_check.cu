@@ -3,6 +3,11 @@
 // whether any of our images (SASS, or PTX it can JIT) runs on the current GPU.
 #include <cuda_runtime.h>
 
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <string>
+
 #include "arch_check.h"
 
 #ifndef OPKILN_CUDA_ARCH_LIST
@@ -40,5 +45,29 @@ int device_compute_capability(int device) {
 }
 
 const char* compiled_cuda_archs() { return OPKILN_CUDA_ARCH_LIST; }
+
+CudaStatus cached_kernel_image_status(int device) {
+  static std::array<std::atomic<bool>, 64> verified{};
+  const auto slot = static_cast<std::size_t>(device);
+  if (slot < verified.size() && verified[slot].load(std::memory_order_acquire)) return 0;
+  const CudaStatus status = kernel_image_status();
+  if (status == 0 && slot < verified.size()) verified[slot].store(true, std::memory_order_release);
+  return status;
+}
+
+bool is_unsupported_gpu(CudaStatus status) {
+  return status == static_cast<CudaStatus>(cudaErrorNoKernelImageForDevice);
+}
+
+std::string unsupported_gpu_message(int device) {
+  const int cc = device_compute_capability(device);
+  const std::string sm = std::to_string(cc);
+  const std::string dotted = std::to_string(cc / 10) + "." + std::to_string(cc % 10);
+  return "opkiln: this GPU (cuda:" + std::to_string(device) + ", sm_" + sm + ", compute capability " + dotted +
+         ") is not supported by this opkiln wheel. It carries CUDA kernels for " + compiled_cuda_archs() +
+         " (SASS for each arch, PTX only for those marked +PTX), and none of them runs on sm_" + sm +
+         ". Install an opkiln wheel built for this GPU, or build one from source with OPKILN_CUDA_ARCHS=\"" + dotted +
+         "\". `python -m opkiln doctor` shows the details.";
+}
 
 }  // namespace opkiln::kernels

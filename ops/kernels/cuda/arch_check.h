@@ -3,6 +3,8 @@
 // torch error that names the GPU's arch and the archs compiled in.
 #pragma once
 
+#include <string>
+
 #include "../common.h"
 
 namespace opkiln::kernels {
@@ -18,5 +20,16 @@ int device_compute_capability(int device);
 // The arch list the kernels were compiled for, TORCH_CUDA_ARCH_LIST syntax,
 // comma-separated (e.g. "7.5,8.0,9.0,12.0+PTX": SASS each, PTX where +PTX).
 const char* compiled_cuda_archs();
+
+// kernel_image_status() for `device` (the current device), asked once per device:
+// a success is remembered, so later launches pay nothing.
+CudaStatus cached_kernel_image_status(int device);
+
+// True for the status an unsupported GPU gives (cudaErrorNoKernelImageForDevice).
+bool is_unsupported_gpu(CudaStatus status);
+
+// What a user with an unsupported GPU is told, instead of "no kernel image is
+// available for execution on the device": the GPU's arch, ours, and the fix.
+std::string unsupported_gpu_message(int device);
 
 }  // namespace opkiln::kernels
