@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from support.venvs import CU130_VENV, make_venv
+
 REPO = Path(__file__).resolve().parents[1]
 ARTIFACTS = REPO / "tests" / "_artifacts"
-CU130_VENV = REPO / ".venvs" / "torch2.14-cu130-py3.11"
 
 
 def _find(pattern: str, where: Path = REPO / "dist") -> Path | None:
@@ -62,28 +63,6 @@ def cuda_wheel() -> Path:
     if not python.exists():
         pytest.skip(f"no CUDA wheel in dist/ and no {CU130_VENV} to build one (make wheels VARIANT=cu130)")
     return _build(python, "cuda", "opkiln-*+pt214cu130-*.whl")
-
-
-def _site_packages(venv: Path) -> Path:
-    return next((venv / "lib").glob("python3*/site-packages"))
-
-
-def make_venv(path: Path, torch: str) -> Path:
-    """A fresh venv at `path` with real torch; returns its python.
-
-    torch="2.13.0" pip-installs that CPU build from local disk (~30 s).
-    torch="2.14.1" reuses the CUDA build venv's torch through a .pth file
-    instead of reinstalling 3.7 GB: a fresh environment with the real torch.
-    """
-    subprocess.run([sys.executable, "-m", "venv", str(path)], check=True)
-    python = path / "bin" / "python"
-    if torch == "2.14.1":
-        if not CU130_VENV.exists():
-            pytest.skip(f"{CU130_VENV} is missing (make wheels VARIANT=cu130 creates it)")
-        (_site_packages(path) / "torch_from_build_venv.pth").write_text(str(_site_packages(CU130_VENV)) + "\n")
-    else:
-        subprocess.run([str(python), "-m", "pip", "install", "-q", f"torch=={torch}"], check=True)
-    return python
 
 
 @pytest.fixture(scope="session")

@@ -14,10 +14,12 @@ from pathlib import Path
 
 import pytest
 
+from support.venvs import CU130_VENV, make_venv
+
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "tests" / "_artifacts"
 STABLE_WHEELS = ARTIFACTS / "stable-wheels"
-CU130_VENV = REPO / ".venvs" / "torch2.14-cu130-py3.11"
+
 
 
 def build_stable_wheel(python: Path, variant: str, local: str, build_dir: Path,
@@ -57,26 +59,9 @@ def stable_cu130_wheel() -> Path:
                               {"OPKILN_CUDA_ARCHS": archs})
 
 
-def _site_packages(venv: Path) -> Path:
-    return next((venv / "lib").glob("python3*/site-packages"))
-
-
 def make_test_venv(path: Path, torch: str) -> Path:
-    """A fresh venv with torch `torch` and pytest; returns its python.
-
-    2.13.0 is pip-installed (a CPU build from local disk); 2.14.1 is the CUDA build
-    venv's, seen through a .pth file instead of reinstalling 3.7 GB.
-    """
-    subprocess.run([sys.executable, "-m", "venv", str(path)], check=True)
-    python = path / "bin" / "python"
-    if torch == "2.14.1":
-        if not CU130_VENV.exists():
-            pytest.skip(f"{CU130_VENV} is missing (make wheels VARIANT=cu130 creates it)")
-        (_site_packages(path) / "torch_from_build_venv.pth").write_text(str(_site_packages(CU130_VENV)) + "\n")
-        subprocess.run([str(python), "-m", "pip", "install", "-q", "pytest"], check=True)
-    else:
-        subprocess.run([str(python), "-m", "pip", "install", "-q", f"torch=={torch}", "pytest"], check=True)
-    return python
+    """A fresh venv with torch `torch` and pytest; returns its python."""
+    return make_venv(path, torch, extra=["pytest"])
 
 
 @pytest.fixture(scope="session", params=["2.13.0", "2.14.1"], ids=lambda v: f"torch{v}")
