@@ -15,7 +15,7 @@ VARIANT ?= cpu
 MATRIX ?=
 PYTEST_ARGS ?=
 
-.PHONY: help venv wheels test lint repro bench clean
+.PHONY: help venv wheels test lint repro bench gpu-carry clean
 
 help:
 	@echo "make wheels            build + repair + audit the default wheel (torch 2.13 CPU) into dist/"
@@ -52,6 +52,19 @@ repro: venv
 bench: venv
 	$(KILN) wheels --matrix local --install-into $(VENV)
 	$(VPY) benchmarks/run_all.py --out benchmarks/results $(BENCH_ARGS)
+
+# gpu-carry: what scripts/gpu_check.sh needs on a GPU machine without network, in
+# .gpu_carry/ (ignored by git; name it in the device tool's `carry`): wheels of the
+# build tools that machine lacks, and the stable-ABI wheels built here.
+gpu-carry: venv
+	rm -rf .gpu_carry && mkdir -p .gpu_carry/tools .gpu_carry/stable
+	$(VPY) -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+	  -d .gpu_carry/tools scikit-build-core==1.1.2 pyelftools==0.33
+	OPKILN_ABI_MODE=stable OPKILN_VARIANT=cpu $(VPY) -m pip wheel -q --no-build-isolation --no-deps \
+	  -w .gpu_carry/stable -C build-dir=build/stable-cpu .
+	$(KILN) wheels --variant cu130 --dist build/unused-dist
+	OPKILN_ABI_MODE=stable OPKILN_VARIANT=cuda .venvs/torch2.14-cu130-py3.11/bin/python -m pip wheel -q \
+	  --no-build-isolation --no-deps -w .gpu_carry/stable -C build-dir=build/stable-cu130 .
 
 clean:
 	rm -rf build dist tests/_artifacts

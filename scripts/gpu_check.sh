@@ -13,8 +13,9 @@
 #    and runs tests/stable/gpu_check.sh,
 # then writes $OUT/summary.json, $OUT/bench.json and $OUT/logs.tar.gz.
 #
-# CARRY_DIR (default .gpu_carry) may also hold wheels of build tools missing on the
-# machine (scikit-build-core, pyelftools); they go to a private --target folder.
+# CARRY_DIR (default .gpu_carry, made by `make gpu-carry`) holds tools/: wheels of
+# build tools missing on the machine (scikit-build-core, pyelftools), installed into
+# a private --target folder; and stable/: the stable-ABI wheels built elsewhere.
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 carry=$(cd "${1:-$repo/.gpu_carry}" 2>/dev/null && pwd || echo "")
