@@ -62,7 +62,7 @@ gpu-carry: venv
 	  -d .gpu_carry/tools scikit-build-core==1.1.2 pyelftools==0.33
 	OPKILN_ABI_MODE=stable OPKILN_VARIANT=cpu $(VPY) -m pip wheel -q --no-build-isolation --no-deps \
 	  -w .gpu_carry/stable -C build-dir=build/stable-cpu .
-	$(KILN) wheels --variant cu130 --dist build/unused-dist
+	$(KILN) wheels --variant cu130
 	OPKILN_ABI_MODE=stable OPKILN_VARIANT=cuda .venvs/torch2.14-cu130-py3.11/bin/python -m pip wheel -q \
 	  --no-build-isolation --no-deps -w .gpu_carry/stable -C build-dir=build/stable-cu130 .
 
