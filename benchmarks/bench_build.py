@@ -70,7 +70,7 @@ def timed(cmd: list[str], env: dict[str, str], cwd: Path, log: Path) -> float:
 
 def sources(cuda: bool) -> list[str]:
     files = sorted((REPO / "ops" / "kernels" / "cpu").glob("*.cpp")) + sorted((REPO / "ops" / "torch").glob("*.cpp"))
-    files.append(REPO / "ops" / "torch" / "module.c")
+    files.append(REPO / "ops" / "torch" / "module.cpp")
     if cuda:
         files += sorted((REPO / "ops" / "kernels" / "cuda").glob("*.cu"))
     return [str(f) for f in files]

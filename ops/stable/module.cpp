@@ -7,7 +7,7 @@
 #include <Python.h>
 
 #if !defined(Py_LIMITED_API) || Py_LIMITED_API < 0x030A0000
-#error "ops/stable/module.c is built for the limited API (Py_LIMITED_API >= 3.10)"
+#error "ops/stable/module.cpp is built for the limited API (Py_LIMITED_API >= 3.10)"
 #endif
 
 static struct PyModuleDef opkiln_module = {
