@@ -17,6 +17,19 @@ function(opkiln_finish_extension target)
     # Compressed fatbins; no -lineinfo in release builds (it embeds absolute paths).
     target_compile_options(${target} PRIVATE
       "$<$<COMPILE_LANGUAGE:CUDA>:${OPKILN_CUDA_COMPRESS_FLAGS};--expt-relaxed-constexpr>")
+    # nvcc names anonymous namespaces and internal-linkage entities (ours and those
+    # in CCCL's headers) after a hash of the source's absolute path, so the same
+    # sources in another checkout would give another fatbin. Hash a path relative
+    # to the source tree instead: reproducible wherever the checkout lies.
+    get_target_property(target_sources ${target} SOURCES)
+    foreach(source IN LISTS target_sources)
+      if(source MATCHES "\\.cu$")
+        get_filename_component(absolute "${source}" ABSOLUTE)
+        file(RELATIVE_PATH relative "${OPKILN_SOURCE_DIR}" "${absolute}")
+        set_property(SOURCE "${source}" APPEND PROPERTY COMPILE_OPTIONS
+          "-Xcudafe=--orig_src_path_name=${relative}")
+      endif()
+    endforeach()
     if(arg_ARCH_CHECK_SOURCE)
       # The arch list, for the error an unsupported GPU gets (commas: a ';' would split the definition).
       string(REPLACE ";" "," arch_list_text "${OPKILN_CUDA_ARCH_LIST}")
