@@ -8,14 +8,19 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
+
 from kiln_tool.repro import explain_difference
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_cpu_wheel_is_byte_identical_across_paths_umask_locale_tz_and_listing_order() -> None:
-    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "kiln"), "repro", "--variant", "cpu", "--json"],
-                          capture_output=True, text=True, timeout=1500)
+@pytest.mark.slow
+@pytest.mark.parametrize("variant", ["cpu", "cu130"])
+def test_wheel_is_byte_identical_across_paths_umask_locale_tz_and_listing_order(variant: str) -> None:
+    # cu130 compiles CUDA without a GPU: two cold builds of every arch in data/matrix.json.
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "kiln"), "repro", "--variant", variant, "--json"],
+                          capture_output=True, text=True, timeout=2400)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     doc = json.loads(proc.stdout)
     assert doc["identical"] is True
