@@ -21,12 +21,17 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 import opkiln
+
+# The same pure-PyTorch reference of torchvision's nms the tests use.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from support.ops_reference import nms_ref
 
 # issue 8, on the H200
 TARGETS_MS = {"weighted_sum_256M_fp32": 0.80, "rms_norm_fwd_bf16_16384x8192": 0.15, "nms_10k": 2.0,
@@ -218,26 +223,6 @@ def first_difference(got: list[int], expected: list[int]) -> dict[str, Any]:
     return {"position": pos, "got": got[pos:pos + 5], "expected": expected[pos:pos + 5]}
 
 
-def nms_reference(boxes: torch.Tensor, scores: torch.Tensor, thr: float) -> torch.Tensor:
-    """torchvision's algorithm in plain PyTorch (float32 IoU, double compare), for when torchvision is absent."""
-    b = boxes.cpu().float()
-    order = torch.sort(scores.cpu().float(), descending=True, stable=True).indices
-    b = b[order]
-    x1, y1, x2, y2 = b.unbind(1)
-    area = (x2 - x1) * (y2 - y1)
-    removed = torch.zeros(len(b), dtype=torch.bool)
-    keep = []
-    for i in range(len(b)):
-        if removed[i]:
-            continue
-        keep.append(int(order[i]))
-        w = (torch.minimum(x2[i], x2[i + 1:]) - torch.maximum(x1[i], x1[i + 1:])).clamp(min=0)
-        h = (torch.minimum(y2[i], y2[i + 1:]) - torch.maximum(y1[i], y1[i + 1:])).clamp(min=0)
-        inter = w * h
-        removed[i + 1:] |= (inter / (area[i] + area[i + 1:] - inter)).double() > thr
-    return torch.tensor(keep, dtype=torch.int64)
-
-
 def bench_nms(report: Report, device: str, n: int, label: str, iters: int) -> None:
     thr = 0.5
     boxes, scores = random_boxes(n, device, seed=n)
@@ -263,7 +248,7 @@ def bench_nms(report: Report, device: str, n: int, label: str, iters: int) -> No
         except Exception as exc:  # e.g. torchvision built for another torch: report, go on
             report.check(f"{case} torchvision comparison", False, error=f"{type(exc).__name__}: {exc}"[:300])
     elif n <= 20000:
-        got_list, exp_list = keep.cpu().tolist(), nms_reference(boxes, scores, thr).tolist()
+        got_list, exp_list = keep.cpu().tolist(), nms_ref(boxes, scores, thr).tolist()
         detail = {} if got_list == exp_list else {"first_difference": first_difference(got_list, exp_list)}
         report.check(f"{case} kept indices == reference", got_list == exp_list, kept=len(got_list), **detail)
     if device == "cuda" and label in ("10k", "100k"):
