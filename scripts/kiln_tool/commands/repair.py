@@ -17,9 +17,14 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 def execute(args: argparse.Namespace) -> int:
     from ..repair import RepairError, repair_wheel
 
+    import zipfile
+
     for wheel in args.wheels:
         if not wheel.is_file():
             print(f"kiln repair: {wheel}: no such file", file=sys.stderr)
+            return 2
+        if wheel.suffix != ".whl" or not zipfile.is_zipfile(wheel):
+            print(f"kiln repair: {wheel} is not a wheel file (a .whl zip archive)", file=sys.stderr)
             return 2
     for wheel in args.wheels:
         try:

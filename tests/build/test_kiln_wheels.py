@@ -1,0 +1,51 @@
+"""`kiln wheels` and `kiln repair`: what maintainers see when something is wrong."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+KILN = [sys.executable, str(REPO / "scripts" / "kiln")]
+
+
+def kiln(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*KILN, *args], capture_output=True, text=True, timeout=900,
+                          env={**os.environ, **(env or {})})
+
+
+def test_unknown_variant_is_a_usage_error() -> None:
+    proc = kiln("wheels", "--variant", "cu999")
+    assert proc.returncode == 2
+    assert "cu999" in proc.stderr and "cpu" in proc.stderr and "cu130" in proc.stderr
+
+
+@pytest.mark.slow
+def test_a_failing_build_leaves_nothing_in_dist_and_says_where(tmp_path: Path) -> None:
+    dist = tmp_path / "dist"
+    # A bad arch list fails at configure time: quick, and a real failure of the real build.
+    proc = kiln("wheels", "--variant", "cu130", "--dist", str(dist), env={"OPKILN_CUDA_ARCHS": "9.0;banana"})
+    assert proc.returncode == 1
+    assert "failed at build" in proc.stderr
+    assert "'banana' is not a CUDA arch" in proc.stderr
+    assert "torch2.14-cu130-py3.11.log" in proc.stderr
+    assert not dist.exists() or list(dist.iterdir()) == []
+
+
+def test_repair_refuses_a_file_that_is_not_a_wheel(tmp_path: Path) -> None:
+    bogus = tmp_path / "notes.txt"
+    bogus.write_text("not a wheel")
+    proc = kiln("repair", str(bogus), "-w", str(tmp_path / "out"))
+    assert proc.returncode == 2
+    assert "is not a wheel file" in proc.stderr
+    fake = tmp_path / "opkiln-0.1.0-cp311-cp311-linux_x86_64.whl"
+    fake.write_text("a wheel name, no zip inside")
+    proc = kiln("repair", str(fake), "-w", str(tmp_path / "out"))
+    assert proc.returncode == 2 and "is not a wheel file" in proc.stderr
+    assert not (tmp_path / "out").exists() or list((tmp_path / "out").iterdir()) == []
+    missing = kiln("repair", str(tmp_path / "missing.whl"), "-w", str(tmp_path / "out"))
+    assert missing.returncode == 2 and "no such file" in missing.stderr
