@@ -15,9 +15,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from ..repair import RepairError, repair_wheel
-
     import zipfile
+
+    from ..repair import RepairError, repair_wheel
 
     for wheel in args.wheels:
         if not wheel.is_file():
