@@ -21,7 +21,7 @@ EXERCISE_ALL_OPS = textwrap.dedent("""
     results = {}
     for name in opkiln.ops.__all__:
         if name not in samples:
-            sys.exit(f"no sample for op {name}: add one to tests/build/test_wheel_install.py")
+            sys.exit(f"no sample for op {name}: add one to tests/wheels/test_wheel_install.py")
         results[name] = samples[name]().tolist()
     print(json.dumps({"version": opkiln.__version__, "torch": torch.__version__, "results": results,
                       "ops": opkiln.build_info()["ops"]}))
