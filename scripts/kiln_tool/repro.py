@@ -20,8 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .build_env import REPO_ROOT, ensure_build_env
+from .epoch import source_date_epoch
 from .matrix_data import BuildSpec
-from .pipeline import PipelineError, build_wheel, source_date_epoch
+from .pipeline import PipelineError, build_wheel
 from .repair import repair_wheel
 
 
@@ -100,13 +101,7 @@ def build_once(spec: BuildSpec, python: Path, condition: Condition, out: Path, l
         env = {**condition.env, "OPKILN_CCACHE": "0", "OPKILN_GIT_COMMIT": commit,
                "SOURCE_DATE_EPOCH": epoch}
         built = build_wheel(python, spec, out / "built", log, condition.root / "build", env, source=condition.root)
-        saved = dict(os.environ)
-        os.environ.update(env)
-        try:
-            repaired = repair_wheel(built, out / "repaired")
-        finally:
-            os.environ.clear()
-            os.environ.update(saved)
+        repaired = repair_wheel(built, out / "repaired", epoch)
     finally:
         os.umask(old_umask)
     return Build(condition.name, built, repaired)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import zipfile
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -49,3 +51,21 @@ def test_repair_refuses_a_file_that_is_not_a_wheel(tmp_path: Path) -> None:
     assert not (tmp_path / "out").exists() or list((tmp_path / "out").iterdir()) == []
     missing = kiln("repair", str(tmp_path / "missing.whl"), "-w", str(tmp_path / "out"))
     assert missing.returncode == 2 and "no such file" in missing.stderr
+
+
+def test_repaired_wheels_carry_the_commit_time_not_the_wall_clock(cpu_wheel: Path, tmp_path: Path) -> None:
+    # kiln repair rewrites the zip; without SOURCE_DATE_EPOCH each run would date it anew.
+    env = {k: v for k, v in os.environ.items() if k != "SOURCE_DATE_EPOCH"}
+    proc = subprocess.run([*KILN, "repair", str(cpu_wheel), "-w", str(tmp_path)], capture_output=True, text=True,
+                          timeout=600, env=env)
+    assert proc.returncode == 0, proc.stderr
+    commit_time = int(subprocess.run(["git", "-C", str(REPO), "log", "-1", "--format=%ct"], capture_output=True,
+                                     text=True, check=True).stdout)
+    expected = datetime.fromtimestamp(max(commit_time, 315532800), tz=timezone.utc).timetuple()[:6]
+    (repaired,) = tmp_path.glob("*.whl")
+    with zipfile.ZipFile(repaired) as zf:
+        stamps = {info.date_time for info in zf.infolist()}
+    # zip time stamps have a 2-second resolution
+    assert len(stamps) == 1
+    (stamp,) = stamps
+    assert stamp[:5] == expected[:5] and abs(stamp[5] - expected[5]) <= 1
