@@ -14,9 +14,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
-import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import zipfile
@@ -31,7 +29,8 @@ from elftools.elf.elffile import ELFFile  # noqa: E402
 
 from kiln_tool.audit.fatbin import iter_entries  # noqa: E402
 from kiln_tool.build_env import ensure_build_env  # noqa: E402
-from kiln_tool.matrix_data import local_builds  # noqa: E402
+from kiln_tool.matrix_data import BuildSpec, local_builds  # noqa: E402
+from kiln_tool.pipeline import build_wheel  # noqa: E402
 
 
 def measure(wheel: Path) -> dict[str, Any]:
@@ -47,15 +46,10 @@ def measure(wheel: Path) -> dict[str, Any]:
             "per_arch_bytes": dict(sorted(per_arch.items()))}
 
 
-def build(python: Path, out: Path, build_dir: Path, compression: bool) -> Path:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("CMAKE_", "OPKILN_"))}
-    env.update({"OPKILN_VARIANT": "cuda", "CMAKE_BUILD_PARALLEL_LEVEL": str(os.cpu_count() or 2)})
-    if not compression:
-        env["OPKILN_FATBIN_COMPRESSION"] = "off"
-    subprocess.run([str(python), "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-q", "-w", str(out),
-                    "-C", f"build-dir={build_dir}", str(REPO)], env=env, check=True)
-    (wheel,) = out.glob("opkiln-*.whl")
-    return wheel
+def build(python: Path, spec: BuildSpec, work: Path, label: str, compression: bool) -> Path:
+    """The shipped build (kiln's pipeline.build_wheel), with or without fatbin compression."""
+    extra = {} if compression else {"OPKILN_FATBIN_COMPRESSION": "off"}
+    return build_wheel(python, spec, work / label, work / f"{label}.log", work / f"build-{label}", extra)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -68,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     python = ensure_build_env(spec, work / "venv.log")
     result: dict[str, Any] = {"benchmark": "size", "combination": spec.name}
     for label, compression in (("compressed", True), ("uncompressed", False)):
-        wheel = build(python, work / label, work / f"build-{label}", compression)
+        wheel = build(python, spec, work, label, compression)
         result[label] = measure(wheel)
     comp, raw = result["compressed"], result["uncompressed"]
     result["fatbin_compression_ratio"] = round(comp["fatbin_bytes"] / raw["fatbin_bytes"], 3)

@@ -8,12 +8,14 @@ into tests/_artifacts/ (plain scikit-build-core output).
 from __future__ import annotations
 
 import os
-import subprocess
+import shutil
 import sys
 from pathlib import Path
 
 import pytest
 
+from kiln_tool.matrix_data import local_builds
+from kiln_tool.pipeline import build_wheel
 from support.venvs import CU130_VENV, make_venv
 
 REPO = Path(__file__).resolve().parents[1]
@@ -25,21 +27,25 @@ def _find(pattern: str, where: Path = REPO / "dist") -> Path | None:
     return hits[-1] if hits else None
 
 
-def _build(python: Path, variant: str, pattern: str) -> Path:
-    out = ARTIFACTS / "wheels"
-    out.mkdir(parents=True, exist_ok=True)
-    for stale in out.glob(pattern):  # a wheel from an earlier session may predate the sources
-        stale.unlink()
-    env = dict(os.environ, OPKILN_VARIANT=variant)
-    build_dir = ARTIFACTS / f"build-{variant}-{python.parent.parent.name}"
-    subprocess.run(
-        [str(python), "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-q", "-w", str(out),
-         "-C", f"build-dir={build_dir}", str(REPO)],
-        check=True, env=env,
-    )
-    found = _find(pattern, out)
-    assert found is not None, f"built a {variant} wheel but found none matching {pattern}"
-    return found
+def build_test_wheel(name: str, python: Path, cuda_tag: str, env: dict[str, str] | None = None) -> Path:
+    """Build this checkout with kiln's own build step (pipeline.build_wheel, no repair) and `python`'s torch.
+
+    The wheel goes to tests/_artifacts/wheels-<name>, replacing what an earlier session
+    left there (it may predate the sources). `env` adds to the combination's build
+    environment, e.g. OPKILN_ABI_MODE=stable or OPKILN_CUDA_ARCHS.
+    """
+    (spec,) = [s for s in local_builds() if s.cuda == cuda_tag]
+    out = ARTIFACTS / f"wheels-{name}"
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    return build_wheel(python, spec, out, ARTIFACTS / f"build-{name}.log", ARTIFACTS / f"build-{name}", env)
+
+
+def _cu130_python() -> Path:
+    python = CU130_VENV / "bin" / "python"
+    if not python.exists():
+        pytest.skip(f"{CU130_VENV} is missing (make wheels VARIANT=cu130 creates it)")
+    return python
 
 
 @pytest.fixture(scope="session")
@@ -50,19 +56,34 @@ def repo() -> Path:
 @pytest.fixture(scope="session")
 def cpu_wheel() -> Path:
     """The torch 2.13 CPU wheel (built with the dev venv's torch if dist/ has none)."""
-    return _find("opkiln-*+pt213cpu-*.whl") or _build(Path(sys.executable), "cpu", "opkiln-*+pt213cpu-*.whl")
+    return _find("opkiln-*+pt213cpu-*.whl") or build_test_wheel("cpu", Path(sys.executable), "cpu")
 
 
 @pytest.fixture(scope="session")
 def cuda_wheel() -> Path:
     """The torch 2.14 CUDA 13.0 wheel; skipped where no CUDA build venv exists."""
-    found = _find("opkiln-*+pt214cu130-*.whl")
-    if found:
-        return found
-    python = CU130_VENV / "bin" / "python"
-    if not python.exists():
-        pytest.skip(f"no CUDA wheel in dist/ and no {CU130_VENV} to build one (make wheels VARIANT=cu130)")
-    return _build(python, "cuda", "opkiln-*+pt214cu130-*.whl")
+    return _find("opkiln-*+pt214cu130-*.whl") or build_test_wheel("cu130", _cu130_python(), "cu130")
+
+
+@pytest.fixture(scope="session")
+def cpu214_wheel() -> Path:
+    """CPU kernels built on purpose against the CUDA torch 2.14.1 (OPKILN_VARIANT=cpu): +pt214cpu."""
+    return build_test_wheel("cpu214", _cu130_python(), "cu130", {"OPKILN_VARIANT": "cpu"})
+
+
+@pytest.fixture(scope="session")
+def stable_cpu_wheel() -> Path:
+    """The CPU stable-ABI wheel (opkiln-<v>+cpu-cp310-abi3-linux_x86_64.whl), built with the dev venv's torch."""
+    return build_test_wheel("stable-cpu", Path(sys.executable), "cpu", {"OPKILN_ABI_MODE": "stable"})
+
+
+@pytest.fixture(scope="session")
+def stable_cu130_wheel() -> Path:
+    """The CUDA 13.0 stable-ABI wheel, built with the CUDA build venv's torch 2.14.1 headers and nvcc 13.0
+    (one arch, 9.0+PTX, unless OPKILN_CUDA_ARCHS says otherwise: the tests read the library, not the GPU code)."""
+    archs = os.environ.get("OPKILN_CUDA_ARCHS") or "9.0+PTX"
+    return build_test_wheel("stable-cu130", _cu130_python(), "cu130",
+                            {"OPKILN_ABI_MODE": "stable", "OPKILN_CUDA_ARCHS": archs})
 
 
 @pytest.fixture(scope="session")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
@@ -12,9 +11,7 @@ from pathlib import Path
 import pytest
 
 from preflight.preflight_support import (
-    ARTIFACTS,
     CU130_VENV,
-    REPO,
     TORCH_213,
     WORK,
     Venv,
@@ -64,51 +61,6 @@ def make_venv() -> Callable[[str, Path, Path], Venv]:
 
 
 @pytest.fixture(scope="session")
-def cpu214_wheel() -> Path:
-    """CPU kernels built against the CUDA torch 2.14.1 (OPKILN_VARIANT=cpu with the CUDA venv): +pt214cpu."""
-    pattern = "opkiln-*+pt214cpu-*.whl"
-    hits = sorted((REPO / "dist").glob(pattern)) + sorted((ARTIFACTS / "wheels").glob(pattern))
-    if hits:
-        return hits[-1]
-    python = CU130_VENV / "bin" / "python"
-    if not python.exists():
-        pytest.skip(f"no {CU130_VENV} to build a pt214cpu wheel")
-    out = ARTIFACTS / "wheels"
-    out.mkdir(parents=True, exist_ok=True)
-    subprocess.run(
-        [str(python), "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-q", "-w", str(out),
-         "-C", f"build-dir={ARTIFACTS / 'build-cpu-torch2.14-cu130-py3.11'}", str(REPO)],
-        check=True, env=dict(os.environ, OPKILN_VARIANT="cpu"),
-    )
-    hits = sorted(out.glob(pattern))
-    assert hits, f"built a pt214cpu wheel but found none matching {pattern}"
-    return hits[-1]
-
-
-@pytest.fixture(scope="session")
 def good_venv(make_venv, torch213_site: Path, cpu_wheel: Path) -> Venv:
     """The matching combination: torch 2.13.0 CPU + the torch 2.13 CPU wheel."""
     return make_venv("good-torch2.13-cpu", torch213_site, cpu_wheel)
-
-
-
-
-@pytest.fixture(scope="session")
-def stable_wheel() -> Path:
-    """The CPU stable-ABI wheel (cp310-abi3, torch_min in its build info), built with the dev venv's torch.
-
-    Built into tests/_artifacts/preflight/wheels with its own build dir, apart from tests/stable's copy.
-    """
-    out = WORK / "wheels"
-    pattern = "opkiln-*+cpu-cp310-abi3-*.whl"
-    if hits := sorted(out.glob(pattern)):
-        return hits[-1]
-    env = dict(os.environ, OPKILN_ABI_MODE="stable", OPKILN_VARIANT="cpu")
-    env.setdefault("CMAKE_BUILD_PARALLEL_LEVEL", "2")
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-q", "-w", str(out),
-         "-C", f"build-dir={ARTIFACTS / 'build-stable-cpu-preflight'}", str(REPO)],
-        check=True, env=env,
-    )
-    (wheel,) = sorted(out.glob(pattern))
-    return wheel

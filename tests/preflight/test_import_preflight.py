@@ -160,11 +160,11 @@ def test_exception_type_and_parts(make_venv, torch213_site, cuda_wheel):
 
 
 @pytest.mark.parametrize("torch_version", ["2.13", "2.14"])
-def test_stable_abi_wheel_passes_preflight_on_both_torches(make_venv, torch213_site, torch214_site, stable_wheel,
+def test_stable_abi_wheel_passes_preflight_on_both_torches(make_venv, torch213_site, torch214_site, stable_cpu_wheel,
                                                            torch_version):
     """The real stable-ABI wheel: the preflight checks torch >= torch_min, not the minor it was built with."""
     site = torch213_site if torch_version == "2.13" else torch214_site
-    venv = make_venv(f"stable-wheel-on-torch{torch_version}", site, stable_wheel)
+    venv = make_venv(f"stable-wheel-on-torch{torch_version}", site, stable_cpu_wheel)
     info = venv.build_info()
     assert info["abi_mode"] == "stable" and info["python_tag"] == "cp310-abi3" and info["torch_min"]
     proc = venv.run("-c", IMPORT_AND_RUN)
