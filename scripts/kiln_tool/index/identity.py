@@ -10,6 +10,7 @@ replace it for every user; a new build must get a new version.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from packaging.tags import Tag
@@ -25,11 +26,16 @@ class Identity:
     version: Version
     tags: frozenset[Tag]
 
-    @classmethod
-    def of(cls, filename: str) -> Identity:
+    @staticmethod
+    def of(filename: str) -> Identity:
         """The identity a wheel file name states (IndexInputError for a name that is not a wheel's)."""
-        name, version, _build, tags = check_wheel_name(filename)
-        return cls(canonicalize_name(name), version, frozenset(tags))
+        return _identity(filename)
+
+
+@functools.cache
+def _identity(filename: str) -> Identity:
+    name, version, _build, tags = check_wheel_name(filename)
+    return Identity(canonicalize_name(name), version, frozenset(tags))
 
 
 class Identities:

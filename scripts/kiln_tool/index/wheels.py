@@ -68,6 +68,7 @@ class WheelInfo:
 ParsedName = tuple[str, Version, tuple[()] | tuple[int, str], frozenset[Tag]]
 
 
+@cache
 def check_wheel_name(name: str) -> ParsedName:
     """Refuse a file name that is not a safe, parsable wheel name; return its parts."""
     if not name.endswith(".whl"):
@@ -189,7 +190,7 @@ def _requirement(line: str) -> Requirement:
 
 
 @cache
-def _specifier(text: str) -> SpecifierSet:
+def specifier(text: str) -> SpecifierSet:
     return SpecifierSet(text)
 
 
@@ -209,7 +210,7 @@ def _parse_metadata(name: str, raw: bytes) -> dict[str, Any]:
     requires_python: str | None = headers["requires-python"][0] if "requires-python" in headers else None
     if requires_python is not None:
         try:
-            _specifier(requires_python)
+            specifier(requires_python)
         except InvalidSpecifier:
             raise IndexInputError(f"{name}: METADATA has an invalid Requires-Python {requires_python!r}") from None
     torch_spec: str | None = None
