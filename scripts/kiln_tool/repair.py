@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import zipfile
 from pathlib import Path
 
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
@@ -60,12 +61,14 @@ def check_wheel_input(wheel: Path) -> None:
     auditwheel unpacks and re-zips a wheel: a symlink member would come back as a regular file, and a
     ``..`` member would be written outside its temporary folder.
     """
-    if wheel.is_symlink() or not wheel.is_file():
-        raise RepairInputError(f"{wheel}: not a wheel file (no such regular file)")
+    if not wheel.is_file():
+        raise RepairInputError(f"{wheel} is not a wheel file (no such regular file)")
     try:
         parse_wheel_filename(wheel.name)
     except (InvalidWheelFilename, InvalidVersion) as exc:
-        raise RepairInputError(f"{wheel}: not a wheel file name ({exc})") from None
+        raise RepairInputError(f"{wheel} is not a wheel file (its name: {exc})") from None
+    if not zipfile.is_zipfile(wheel):
+        raise RepairInputError(f"{wheel} is not a wheel file (a .whl zip archive)")
     try:
         with SafeZip(wheel) as archive:
             archive.verify()
