@@ -19,6 +19,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from packaging.tags import InvalidTag
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion
 
@@ -65,7 +66,7 @@ def check_wheel_input(wheel: Path) -> None:
         raise RepairInputError(f"{wheel} is not a wheel file (no such regular file)")
     try:
         parse_wheel_filename(wheel.name)
-    except (InvalidWheelFilename, InvalidVersion) as exc:
+    except (InvalidWheelFilename, InvalidVersion, InvalidTag) as exc:
         raise RepairInputError(f"{wheel} is not a wheel file (its name: {exc})") from None
     if not zipfile.is_zipfile(wheel):
         raise RepairInputError(f"{wheel} is not a wheel file (a .whl zip archive)")

@@ -113,6 +113,31 @@ def test_wheel_names(workspace: Any, filename: str, version: str) -> None:
     _run_index(root, out)
 
 
+@settings(max_examples=300, derandomize=True, database=None)
+@given(filename=wheel_names())
+def test_wheel_name_parsing_is_packagings(filename: str) -> None:
+    """kiln's memoized wheel-name parser gives packaging's verdict and parts for every name."""
+    from packaging.tags import InvalidTag
+    from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+    from packaging.version import InvalidVersion
+
+    from kiln_tool.index.errors import IndexInputError
+    from kiln_tool.index.wheels import SAFE_WHEEL_NAME, check_wheel_name
+
+    try:
+        expected: object = parse_wheel_filename(filename)
+    except (InvalidWheelFilename, InvalidVersion, InvalidTag):
+        expected = None
+    try:
+        got: object = check_wheel_name(filename)
+    except IndexInputError:
+        got = None
+    if SAFE_WHEEL_NAME.fullmatch(filename) and len(filename) <= 200:
+        assert got == expected
+    else:
+        assert got is None
+
+
 header_keys = st.sampled_from(["Name", "Version", "Requires-Python", "Requires-Dist", "Metadata-Version",
                                "Summary", "name", "VERSION", "", " Name", "Name "])
 header_values = st.one_of(st.sampled_from(["opkiln", "0.1.0+pt213cpu", "0.1.0.0+pt213cpu", ">=3.10", "torch>=2.13",

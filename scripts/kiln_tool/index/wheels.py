@@ -18,7 +18,7 @@ from typing import Any
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from packaging.tags import Tag
+from packaging.tags import InvalidTag, Tag, parse_tag
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
@@ -79,9 +79,32 @@ def check_wheel_name(name: str) -> ParsedName:
             "(allowed: letters, digits, '.', '_', '+', '-')"
         )
     try:
-        return parse_wheel_filename(name)
-    except (InvalidWheelFilename, InvalidVersion) as exc:
+        stem = name[:-4]
+        dashes = stem.count("-")
+        if dashes not in (4, 5):
+            return parse_wheel_filename(name)  # raises, with packaging's own message
+        head, python, abi, platform = stem.rsplit("-", 3)
+        # packaging's parser, memoized on the name-version-build part and on the tag part: the
+        # wheels of a site share both, and an index re-reads 10,000 names on every merge.
+        dist_name, version, build, _any = _parse_head(head)
+        return dist_name, version, build, _parse_tags(f"{python}-{abi}-{platform}")
+    except (InvalidWheelFilename, InvalidVersion, InvalidTag):
+        pass
+    try:
+        parse_wheel_filename(name)  # for packaging's message about the name itself
+    except (InvalidWheelFilename, InvalidVersion, InvalidTag) as exc:
         raise IndexInputError(f"{name!r}: unparsable wheel name: {exc}") from None
+    raise IndexInputError(f"{name!r}: unparsable wheel name")
+
+
+@cache
+def _parse_head(head: str) -> ParsedName:
+    return parse_wheel_filename(f"{head}-py3-none-any.whl")
+
+
+@cache
+def _parse_tags(tags: str) -> frozenset[Tag]:
+    return parse_tag(tags)
 
 
 def file_sha256(path: Path) -> tuple[str, int]:
