@@ -70,6 +70,8 @@ def outside(root: Path, out: Path) -> dict[str, str]:
 def assert_kept_promises(run: Run, root: Path, out: Path, before_outside: dict[str, str],
                          before_site: dict[str, str]) -> None:
     assert "Traceback" not in run.stderr + run.stdout, run.stderr
+    # The CLI's last-resort guard must not be what caught it: every failure class has its own message.
+    assert "cannot use this input" not in run.stderr, run.stderr
     assert run.code in (0, 1, 2), (run.code, run.stderr)
     assert outside(root, out) == before_outside, "a run changed something outside its output folder"
     if run.code != 0:
