@@ -75,7 +75,8 @@ def run(label: str, args: list[str]) -> bool:
     code = os.waitstatus_to_exitcode(status)
     rss_mb = usage.ru_maxrss / 1024
     ok = code == 2 and rss_mb < RSS_LIMIT_MB and elapsed < TIME_LIMIT_S
-    reason = next((line for line in out.splitlines() if "nothing written" not in line), "")
+    lines = [line.strip() for line in out.splitlines() if line.strip() and "nothing written" not in line]
+    reason = lines[-1] if lines else ""
     print(f"{label:34s} exit {code}  {elapsed:5.2f} s  {rss_mb:6.1f} MB RSS  {'ok' if ok else 'FAIL'}")
     print(f"{'':34s} {reason.split(': ', 2)[-1][:110]}")
     return ok
