@@ -58,7 +58,7 @@ def test_a_published_wheel_replaced_by_a_symlink_is_refused(site: Path, tmp_path
     os.symlink(copy, wheel)
     run = kiln("index", tmp_path / "dist", site)
     assert run.code == 1, run.stderr
-    assert "symbolic link" in run.stderr
+    assert "not a regular file" in run.stderr
 
 
 def _layouts(tmp_path: Path) -> dict[str, tuple[Path, Path]]:

@@ -16,7 +16,9 @@ from pathlib import Path
 from typing import Any, cast
 
 from packaging.specifiers import InvalidSpecifier
+from packaging.tags import Tag
 from packaging.utils import canonicalize_name
+from packaging.version import Version
 
 from .combos import Combination
 from .errors import IndexInputError
@@ -26,6 +28,21 @@ from .wheels import WheelInfo, check_wheel_name, specifier
 MANIFEST_NAME = "kiln-index.json"
 MANIFEST_SCHEMA = 1
 SCHEMA_FILE = "kiln-index.schema.json"
+
+
+def _normal(version: Version) -> str:
+    # Keyed on the parts str() prints, never on the Version: 0.1.0 == 0.1.0.0 (and hash alike) under PEP 440.
+    return _normal_of(version.epoch, version.release, version.pre, version.post, version.dev, version.local, version)
+
+
+@functools.cache
+def _normal_of(*parts: object) -> str:
+    return str(parts[-1])
+
+
+@functools.cache
+def _platforms(tags: frozenset[Tag]) -> list[str]:
+    return sorted({t.platform for t in tags})
 
 
 @functools.cache
@@ -89,9 +106,9 @@ class PublishedWheel:
             raise bad(str(exc)) from None
         if data["project"] != canonicalize_name(name):
             raise bad(f"project {data['project']!r} is not the file name's {canonicalize_name(name)!r}")
-        if data["version"] != str(version):
+        if data["version"] != _normal(version):
             raise bad(f"version {data['version']!r} is not the file name's {str(version)!r} in normal form")
-        platforms = sorted({t.platform for t in tags})
+        platforms = _platforms(tags)
         if sorted(data["platforms"]) != platforms:
             raise bad(f"platforms {data['platforms']} are not the file name's {platforms}")
         interpreters = {f"{t.interpreter}-{t.abi}" if t.abi == "abi3" else t.interpreter for t in tags}

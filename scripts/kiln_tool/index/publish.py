@@ -20,7 +20,7 @@ is gone.
 
 # The loops over every published file use os and str paths: pathlib costs several times more per
 # file, and an index holds tens of thousands of files (target: 10,000 wheels in 3 s).
-# ruff: noqa: PTH101, PTH103, PTH104, PTH108, PTH112, PTH113, PTH114, PTH116, PTH117, PTH118, PTH119, PTH120, PTH123, PTH208
+# ruff: noqa: PTH101, PTH103, PTH104, PTH108, PTH117, PTH118, PTH119, PTH120, PTH123
 
 from __future__ import annotations
 
@@ -30,6 +30,7 @@ import errno
 import hashlib
 import os
 import shutil
+import stat
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -343,7 +344,6 @@ def _stage_new(dist: Path, paths: list[tuple[Path, ParsedName]], out: Path, mani
     problems: list[str] = list(name_problems)
     clashes: list[str] = []
     published_dir = os.path.join(out, render.WHEEL_DIR)
-    already_there = set(os.listdir(published_dir)) if os.path.isdir(published_dir) else set()
     published = Identities()
     for known in manifest.wheels.values():
         published.add(known.filename, known.sha256)
@@ -387,7 +387,7 @@ def _stage_new(dist: Path, paths: list[tuple[Path, ParsedName]], out: Path, mani
                     source.unlink()
                 continue
             incoming.add(name, sha256)
-            if name in already_there:
+            if os.path.lexists(os.path.join(published_dir, name)):
                 stray = Path(published_dir, name)
                 stray_sha256, _size = file_sha256(stray)
                 if stray_sha256 != sha256:
@@ -442,6 +442,11 @@ def _audit_all(audit: Auditor, wheels: list[tuple[Path, Path]], say: Callable[[s
         raise AuditRefusedError("\n\n".join(failures))
 
 
+def _small_sha256(path: str) -> str:
+    with open(path, "rb") as fh:
+        return hashlib.sha256(fh.read()).hexdigest()
+
+
 def _check_published_files(out: Path, manifest: Manifest, verify: bool = True) -> None:
     """Every published wheel and its METADATA must be there; with ``verify``, with the bytes the manifest
     records (sha256, streamed). A missing file is a damaged index (exit 2); other bytes are exit 1."""
@@ -451,29 +456,21 @@ def _check_published_files(out: Path, manifest: Manifest, verify: bool = True) -
 
     def check(entry: PublishedWheel) -> None:
         path = os.path.join(wheel_dir, entry.filename)
-        try:
-            if os.path.islink(path) or os.path.islink(f"{path}.metadata"):
-                altered.append(f"{path} (a symbolic link, not the published file)")
-                return
-            size = os.stat(path).st_size
-            if size != entry.size:
-                altered.append(f"{path} ({size} bytes, published with {entry.size})")
+        for target, size in ((path, entry.size), (f"{path}.metadata", None)):
+            try:
+                st = os.lstat(target)
+            except OSError:
+                missing.append(f"{target} (missing)")
+                continue
+            if stat.S_ISLNK(st.st_mode) or not stat.S_ISREG(st.st_mode):
+                altered.append(f"{target} (not a regular file: a link or a folder, not the published file)")
+            elif size is not None and st.st_size != size:
+                altered.append(f"{target} ({st.st_size} bytes, published with {size})")
             elif verify:
-                digest, _size = file_sha256(Path(path))
-                if digest != entry.sha256:
-                    altered.append(f"{path} (sha256 {digest}, published with {entry.sha256})")
-        except OSError:
-            missing.append(f"{path} (missing)")
-        try:
-            if verify:
-                with open(f"{path}.metadata", "rb") as fh:
-                    if hashlib.sha256(fh.read()).hexdigest() != entry.metadata_sha256:
-                        altered.append(f"{path}.metadata (not the METADATA published with sha256 "
-                                       f"{entry.metadata_sha256})")
-            elif not os.path.isfile(f"{path}.metadata"):
-                raise FileNotFoundError(path)
-        except OSError:
-            missing.append(f"{path}.metadata (missing)")
+                digest = file_sha256(Path(target))[0] if size is not None else _small_sha256(target)
+                expected = entry.sha256 if size is not None else entry.metadata_sha256
+                if digest != expected:
+                    altered.append(f"{target} (sha256 {digest}, published with {expected})")
 
     entries = list(manifest.wheels.values())
     if verify and len(entries) > 64:
