@@ -9,8 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from index.synthetic_wheels import make_wheel
-from trust.kiln_runs import KILN, REPO
+from trust.kiln_runs import KILN, REPO, kiln
 
 HOLDER = """
 import sys
@@ -74,3 +76,15 @@ def test_a_live_runs_staging_is_kept_and_a_dead_ones_removed(tmp_path: Path) -> 
     assert second.returncode == 0, second.stderr
     assert not live.exists()
     assert f"removed {live}" in second.stdout
+
+
+def test_a_lock_folder_someone_else_could_write_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    shared = tmp_path / "locks"
+    shared.mkdir()
+    shared.chmod(0o777)
+    monkeypatch.setenv("KILN_LOCK_DIR", str(shared))
+    make_wheel(tmp_path / "dist")
+    run = kiln("index", tmp_path / "dist", tmp_path / "site")
+    assert run.code == 2, run.stderr
+    assert "not a private folder" in run.stderr
+    assert not (tmp_path / "site").exists()

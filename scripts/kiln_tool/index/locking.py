@@ -16,10 +16,13 @@ import fcntl
 import hashlib
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+from .errors import IndexInputError
 
 LOCK_DIR_ENV = "KILN_LOCK_DIR"
 
@@ -35,12 +38,24 @@ def lock_path(out: Path) -> Path:
     return lock_dir() / f"index-{hashlib.sha256(os.fsencode(canonical)).hexdigest()[:32]}.lock"
 
 
+def _private_dir(directory: Path) -> None:
+    """Create the lock folder, or accept it only as a real folder of ours that no one else may write."""
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    st = os.lstat(directory)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o022:
+        raise IndexInputError(f"lock folder {directory} is not a private folder of this user "
+                              f"(set {LOCK_DIR_ENV} to one)")
+
+
 @contextlib.contextmanager
 def output_lock(out: Path) -> Iterator[Path]:
     """Hold the exclusive lock of ``out`` (blocking until another run on it ends)."""
     path = lock_path(out)
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    _private_dir(path.parent)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    except OSError as exc:
+        raise IndexInputError(f"cannot open the lock {path}: {exc.strerror}") from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield path
