@@ -22,7 +22,8 @@ distribution as a published one (normalized name, version and tags) with other b
 refused, and every published file is verified by sha256 first. Every new wheel is audited.
 exit codes: 0 ok, 1 refused (audit failed, a published distribution with other bytes, a
 published file altered), 2 unusable input (bad wheel, bad kiln-index.json, bad folders).
-See docs/security.md for what the index guarantees and trusts.
+Runs on one OUT wait for each other (a lock in $KILN_LOCK_DIR, default
+$TMPDIR/kiln-locks-<uid>). See docs/security.md for what the index guarantees and trusts.
 """
 
 
