@@ -66,3 +66,17 @@ def test_a_merge_cut_short_is_finished_by_the_next_run(tmp_path: Path) -> None:
     assert kiln("index", tmp_path / "dist0", out).code == 0
     assert not (out / ".kiln-merge-pending").exists()
     assert {rel: (out / rel).read_bytes() for rel in _stamps(out)} == full
+
+
+def test_a_page_turned_into_a_folder_is_refused_before_anything_moves(tmp_path: Path) -> None:
+    from trust.kiln_runs import tree
+
+    out = _site(tmp_path)
+    (out / "index.html").unlink()
+    (out / "index.html").mkdir()
+    before = tree(out)
+    make_wheel(tmp_path / "dist", version="0.9.0+pt213cpu")
+    run = kiln("index", tmp_path / "dist", out)
+    assert run.code == 2, run.stderr
+    assert "is not a file" in run.stderr
+    assert tree(out) == before

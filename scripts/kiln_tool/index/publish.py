@@ -20,7 +20,7 @@ is gone.
 
 # The loops over every published file use os and str paths: pathlib costs several times more per
 # file, and an index holds tens of thousands of files (target: 10,000 wheels in 3 s).
-# ruff: noqa: PTH101, PTH103, PTH104, PTH108, PTH117, PTH118, PTH119, PTH120, PTH123
+# ruff: noqa: PTH101, PTH103, PTH104, PTH108, PTH113, PTH117, PTH118, PTH120, PTH123
 
 from __future__ import annotations
 
@@ -241,6 +241,8 @@ def _merge_in_place(tmp: Path, out: Path, new_wheels: list[str], pages: dict[str
     changed = {}
     for rel, text in pages.items():
         target = inside(out, rel)
+        if os.path.lexists(target) and not os.path.isfile(target):
+            raise IndexInputError(f"{target} is not a file; refusing to merge into a damaged index")
         try:
             with open(target, encoding="utf-8") as fh:
                 if fh.read() == text:
@@ -261,9 +263,9 @@ def _merge_in_place(tmp: Path, out: Path, new_wheels: list[str], pages: dict[str
     for staged, target in moves:
         os.rename(staged, target)
     last = changed.pop(MANIFEST_NAME, None)
-    for rel, (target, text) in [*sorted(changed.items()), *([(MANIFEST_NAME, last)] if last else [])]:
+    for _rel, (target, text) in [*sorted(changed.items()), *([(MANIFEST_NAME, last)] if last else [])]:
         os.makedirs(os.path.dirname(target), exist_ok=True)
-        staged = os.path.join(tmp, f"page-{len(rel)}-{os.path.basename(target)}")
+        staged = os.path.join(tmp, ".page")  # one at a time: written, then renamed over its target
         with open(staged, "w", encoding="utf-8") as fh:
             fh.write(text)
         os.chmod(staged, 0o644)
