@@ -3,8 +3,12 @@
 Makes 10,000 tiny synthetic wheels spread over the torch x CUDA x Python
 combinations of data/matrix.json (plus stable-ABI ones), then times:
   fresh  - index them all into an empty OUT (--repeat times; best and median);
-  merge  - index one more wheel into that 10,000-wheel OUT (the append path);
+  merge  - index one more wheel into that 10,000-wheel OUT (the append path), with every published
+           wheel verified by sha256 (the default), and the files it wrote (target: O(new wheels));
+  merge-sizes - the same with --trust-published-sizes (published files checked by size only);
+  verify - the sha256 verification of the 10,000 published wheels alone (what the default costs);
   rerun  - the same DIST again (nothing new).
+Target for a merge without verification: under 1 s.
 Wall time depends on the disk (creating 20,000 files) and on what else runs;
 the CPU time printed beside it does not. The audit is left out (synthetic wheels have no extension to audit; the real
 audit runs per new wheel in `kiln index`), and so is making the wheels.
@@ -15,6 +19,7 @@ audit runs per new wheel in `kiln index`), and so is making the wheels.
 from __future__ import annotations
 
 import argparse
+import os
 import resource
 import shutil
 import sys
@@ -29,8 +34,11 @@ sys.path.insert(0, str(REPO / "tests"))
 from index.synthetic_wheels import make_wheel  # noqa: E402
 from kiln_tool.index import build_index  # noqa: E402
 from kiln_tool.index.combos import TorchCatalog  # noqa: E402
+from kiln_tool.index.manifest import load_manifest  # noqa: E402
+from kiln_tool.index.publish import _check_published_files  # noqa: E402
 
 TARGET_S = 3.0
+MERGE_TARGET_S = 1.0
 
 
 def make_wheels(dist: Path, count: int, catalog: TorchCatalog) -> None:
@@ -66,12 +74,27 @@ def make_wheels(dist: Path, count: int, catalog: TorchCatalog) -> None:
             made += 1
 
 
-def timed(label: str, dist: Path, out: Path, catalog: TorchCatalog) -> float:
+def snapshot(root: Path) -> dict[str, tuple[int, int]]:
+    """Every file under root: (inode, mtime) - a file written or replaced by a run changes one of them."""
+    found = {}
+    for directory, _dirs, files in os.walk(root):
+        for name in files:
+            st = os.stat(os.path.join(directory, name))
+            found[os.path.join(directory, name)] = (st.st_ino, st.st_mtime_ns)
+    return found
+
+
+def written(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]]) -> int:
+    return sum(1 for path, key in after.items() if before.get(path) != key)
+
+
+def timed(label: str, dist: Path, out: Path, catalog: TorchCatalog, verify: bool = True) -> float:
     start, before = time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF)
-    result = build_index(dist, out, "https://example.invalid/wheels/", audit=None, catalog=catalog)
+    result = build_index(dist, out, "https://example.invalid/wheels/", audit=None, catalog=catalog,
+                         verify_published=verify)
     elapsed, after = time.perf_counter() - start, resource.getrusage(resource.RUSAGE_SELF)
     user, system = after.ru_utime - before.ru_utime, after.ru_stime - before.ru_stime
-    print(f"{label:6s} {elapsed:6.2f} s wall, CPU {user:5.2f} s user + {system:5.2f} s system  "
+    print(f"{label:11s} {elapsed:6.2f} s wall, CPU {user:5.2f} s user + {system:5.2f} s system  "
           f"({len(result.added)} new, {result.total} listed, {len(result.combos)} combinations)")
     return elapsed
 
@@ -86,7 +109,7 @@ def main() -> int:
     catalog = TorchCatalog.from_matrix()
     with tempfile.TemporaryDirectory(prefix="bench-index-", dir=args.tmp) as tmp:
         root = Path(tmp)
-        dist, out, extra = root / "dist", root / "site", root / "extra"
+        dist, out, extra, extra2 = root / "dist", root / "site", root / "extra", root / "extra2"
         start = time.perf_counter()
         make_wheels(dist, args.wheels, catalog)
         print(f"made {args.wheels} synthetic wheels in {time.perf_counter() - start:.1f} s (not timed)")
@@ -98,11 +121,29 @@ def main() -> int:
         fresh = min(runs)
         median = sorted(runs)[len(runs) // 2]
         make_wheel(extra, version="9.9.9+pt213cpu")
+        files = snapshot(out)
         timed("merge", extra, out, catalog)
+        print(f"       wrote {written(files, snapshot(out))} file(s) into the {len(files)}-file site")
+        make_wheel(extra2, version="9.9.10+pt213cpu")
+        files = snapshot(out)
+        merge_sizes = timed("merge-sizes", extra2, out, catalog, verify=False)
+        print(f"       wrote {written(files, snapshot(out))} file(s) into the {len(files)}-file site")
+        manifest = load_manifest(out)
+        assert manifest is not None
+        start = time.perf_counter()
+        _check_published_files(out, manifest, verify=True)
+        verify_s = time.perf_counter() - start
+        start = time.perf_counter()
+        _check_published_files(out, manifest, verify=False)
+        sizes_s = time.perf_counter() - start
+        print(f"verify {verify_s:6.2f} s wall for sha256 of {len(manifest.wheels)} published wheels "
+              f"(+ METADATA); {sizes_s:.2f} s for sizes only")
         timed("rerun", dist, out, catalog)
         if args.keep:
             shutil.rmtree(args.keep, ignore_errors=True)
             shutil.copytree(out, args.keep)
+    print(f"merge of 1 wheel into {args.wheels} without verification: {merge_sizes:.2f} s "
+          f"(target {MERGE_TARGET_S:.0f} s): {'ok' if merge_sizes <= MERGE_TARGET_S else 'TOO SLOW'}")
     verdict = "ok" if fresh <= TARGET_S else "TOO SLOW"
     print(f"{args.wheels} wheels indexed in {fresh:.2f} s best, {median:.2f} s median of {len(runs)} "
           f"(target {TARGET_S:.0f} s): {verdict}")

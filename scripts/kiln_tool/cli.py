@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
+import os
 import sys
 from types import ModuleType
 
@@ -59,3 +61,19 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("kiln: interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:  # the promise: malformed input never ends in a traceback
+        if os.environ.get("KILN_DEBUG"):
+            raise
+        return _report_unexpected(args, exc)
+
+
+def _report_unexpected(args: argparse.Namespace, exc: Exception) -> int:
+    """Exit 2 with one line (or, for --json, one JSON error document) for an error no command handled."""
+    detail = " ".join(str(exc).split()) or "(no detail)"
+    if len(detail) > 300:
+        detail = detail[:297] + "..."
+    line = f"kiln {args.command}: cannot use this input: {type(exc).__name__}: {detail} (KILN_DEBUG=1 for a traceback)"
+    if getattr(args, "json", False):
+        print(json.dumps({"schema": 1, "ok": False, "error": line}, indent=2))
+    print(line, file=sys.stderr)
+    return 2

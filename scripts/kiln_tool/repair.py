@@ -16,12 +16,16 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import zipfile
 from pathlib import Path
 
-from packaging.utils import parse_wheel_filename
+from packaging.tags import InvalidTag
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+from packaging.version import InvalidVersion
 
 from .epoch import source_date_epoch
 from .matrix_data import load_matrix
+from .safezip import SafeZip, UnsafeArchiveError
 
 EXCLUDED_SONAMES = (
     "libtorch*.so",
@@ -40,7 +44,39 @@ _MANYLINUX = re.compile(r"^manylinux_(\d+)_(\d+)_(\w+)$")
 
 
 class RepairError(RuntimeError):
-    pass
+    """auditwheel could not repair a wheel: exit 1."""
+
+    exit_code = 1
+
+
+class RepairInputError(RepairError):
+    """The input is unusable (not a wheel, corrupt, unsafe members, -w not a folder): exit 2, nothing written."""
+
+    exit_code = 2
+
+
+def check_wheel_input(wheel: Path) -> None:
+    """Refuse what auditwheel must never see: the audit's member rules (no symbolic links, no absolute or
+    ``..`` paths, no duplicates, limits on sizes and ratios) and every member's data (streamed, CRC-checked).
+
+    auditwheel unpacks and re-zips a wheel: a symlink member would come back as a regular file, and a
+    ``..`` member would be written outside its temporary folder.
+    """
+    if not wheel.is_file():
+        raise RepairInputError(f"{wheel} is not a wheel file (no such regular file)")
+    try:
+        parse_wheel_filename(wheel.name)
+    except (InvalidWheelFilename, InvalidVersion, InvalidTag) as exc:
+        raise RepairInputError(f"{wheel} is not a wheel file (its name: {exc})") from None
+    if not zipfile.is_zipfile(wheel):
+        raise RepairInputError(f"{wheel} is not a wheel file (a .whl zip archive)")
+    try:
+        with SafeZip(wheel) as archive:
+            archive.verify()
+    except UnsafeArchiveError as exc:
+        raise RepairInputError(f"{wheel}: {exc}") from None
+    except OSError as exc:
+        raise RepairInputError(f"{wheel}: unreadable ({exc})") from None
 
 
 def manylinux_floor() -> tuple[int, int]:
@@ -87,11 +123,15 @@ def repair_wheel(wheel: Path, dest_dir: Path, epoch: str | None = None) -> Path:
     so a repaired wheel is as reproducible as the wheel it came from.
     """
     epoch = epoch or source_date_epoch()
-    if not wheel.is_file() or wheel.suffix != ".whl":
-        raise RepairError(f"{wheel} is not a wheel file")
+    if dest_dir.exists() and not dest_dir.is_dir():
+        raise RepairInputError(f"-w {dest_dir}: exists and is not a directory")
+    check_wheel_input(wheel)
     arch = platform.machine()
     floor = manylinux_floor()
-    dest_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        dest_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise RepairInputError(f"-w {dest_dir}: cannot create it ({exc.strerror})") from None
     with tempfile.TemporaryDirectory(dir=dest_dir, prefix=".repair-") as tmp:
         first = _auditwheel(wheel, Path(tmp) / "auto", "auto", epoch)
         glibc = _glibc_of(first)

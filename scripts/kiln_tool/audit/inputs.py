@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 import re
-import stat
 import zipfile
 from dataclasses import dataclass, field
 from email.parser import HeaderParser
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from ..safezip import SafeZip, UnsafeArchiveError
 from .elf import ELF_MAGIC
 from .errors import AuditInputError
 from .policy import Limits
@@ -79,20 +79,22 @@ class Wheel:
 
     path: Path
     name: WheelName
-    zf: zipfile.ZipFile
+    archive: SafeZip
     infos: dict[str, zipfile.ZipInfo]
+    """The files of the wheel (directory entries left out)."""
     _data: dict[str, bytes] = field(default_factory=dict)
 
     def read(self, member: str) -> bytes:
+        """A member's bytes, streamed through its declared size and CRC (kiln_tool.safezip)."""
         if member not in self._data:
             try:
-                self._data[member] = self.zf.read(self.infos[member])
-            except (zipfile.BadZipFile, OSError, EOFError, RuntimeError) as exc:
-                raise AuditInputError(f"{self.path}: cannot read {member}: {exc}") from exc
+                self._data[member] = self.archive.read(member)
+            except UnsafeArchiveError as exc:
+                raise AuditInputError(f"{self.path}: cannot read {member}: {exc}") from None
         return self._data[member]
 
     def close(self) -> None:
-        self.zf.close()
+        self.archive.close()
         self._data.clear()
 
     @property
@@ -134,51 +136,23 @@ class Wheel:
 
 
 def open_wheel(path: Path, limits: Limits) -> Wheel:
+    """Open a wheel: its central directory checked against the member rules and limits before any
+    inflating, and every member but the shared libraries (read, and so checked, by the audit itself)
+    streamed once through its size and CRC checks, so corrupt data is an input error, never a crash."""
     name = WheelName.parse(path.name)
     if not is_zip(path):
         raise AuditInputError(f"{path}: not a zip archive, so not a wheel")
     try:
-        zf = zipfile.ZipFile(path)
-        infos_list = zf.infolist()
-    except (zipfile.BadZipFile, OSError, EOFError) as exc:
-        raise AuditInputError(f"{path}: a broken zip archive ({exc})") from exc
+        archive = SafeZip(path, limits)
+    except UnsafeArchiveError as exc:
+        raise AuditInputError(f"{path}: {exc}") from None
     try:
-        infos = _validate_members(path, infos_list, limits)
-    except AuditInputError:
-        zf.close()
-        raise
-    return Wheel(path=path, name=name, zf=zf, infos=infos)
-
-
-def _validate_members(path: Path, infos_list: list[zipfile.ZipInfo], limits: Limits) -> dict[str, zipfile.ZipInfo]:
-    if len(infos_list) > limits.max_wheel_members:
-        raise AuditInputError(f"{path}: {len(infos_list)} members, more than the limit of {limits.max_wheel_members}")
-    infos: dict[str, zipfile.ZipInfo] = {}
-    total = 0
-    for info in infos_list:
-        member = info.filename
-        pure = PurePosixPath(member)
-        if member.startswith("/") or ".." in pure.parts or "\\" in member or "\0" in member:
-            raise AuditInputError(f"{path}: member '{member}' would be installed outside site-packages")
-        if member in infos:
-            raise AuditInputError(f"{path}: member '{member}' appears twice")
-        mode = info.external_attr >> 16
-        if stat.S_ISLNK(mode):
-            raise AuditInputError(f"{path}: member '{member}' is a symbolic link; wheels cannot carry links "
-                                  "(pip would install it as a file holding the link target)")
-        if info.is_dir():
-            continue
-        if info.file_size > limits.max_file_bytes:
-            raise AuditInputError(f"{path}: member '{member}' unpacks to {_gib(info.file_size)}, more than the "
-                                  f"limit of {_gib(limits.max_file_bytes)}")
-        if info.file_size > limits.ratio_applies_above_bytes and \
-                info.file_size > limits.max_compression_ratio * max(info.compress_size, 1):
-            raise AuditInputError(f"{path}: member '{member}' unpacks {info.compress_size} bytes to "
-                                  f"{info.file_size} (ratio {info.file_size / max(info.compress_size, 1):.0f}:1, "
-                                  f"limit {limits.max_compression_ratio:.0f}:1): a zip bomb, not a wheel")
-        total += info.file_size
-        infos[member] = info
-    if total > limits.max_total_bytes:
-        raise AuditInputError(f"{path}: unpacks to {_gib(total)}, more than the limit of "
-                              f"{_gib(limits.max_total_bytes)}")
-    return infos
+        infos = {m: info for m, info in archive.members.items() if not info.is_dir()}
+        for member in infos:
+            if not is_shared_library_name(member):
+                for _chunk in archive.stream(member):
+                    pass
+    except UnsafeArchiveError as exc:
+        archive.close()
+        raise AuditInputError(f"{path}: {exc}") from None
+    return Wheel(path=path, name=name, archive=archive, infos=infos)

@@ -17,9 +17,13 @@ layout of OUT_DIR:
   wheels/<wheel>[.metadata]      the wheels and their METADATA (PEP 658)
   kiln-index.json                what is published, with sha256
 
-OUT_DIR is merged, never rewritten: published wheels stay; a wheel name already
-published with other bytes is refused. Every new wheel is audited first.
-exit codes: 0 ok, 1 refused (audit failed, or a published name with other bytes), 2 unusable input.
+OUT_DIR is merged, never rewritten: published wheels stay; a wheel that is the same
+distribution as a published one (normalized name, version and tags) with other bytes is
+refused, and every published file is verified by sha256 first. Every new wheel is audited.
+exit codes: 0 ok, 1 refused (audit failed, a published distribution with other bytes, a
+published file altered), 2 unusable input (bad wheel, bad kiln-index.json, bad folders).
+Runs on one OUT wait for each other (a lock in $KILN_LOCK_DIR, default
+$TMPDIR/kiln-locks-<uid>). See docs/security.md for what the index guarantees and trusts.
 """
 
 
@@ -31,13 +35,17 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--base-url", metavar="URL", default=None,
                         help="public URL OUT_DIR is served at, for the commands on the landing page "
                              "(kept for later runs; links between pages are relative either way)")
+    parser.add_argument("--trust-published-sizes", action="store_true",
+                        help="check published wheels by size only instead of sha256 (faster on huge sites; "
+                             "a same-size alteration then goes unnoticed: see docs/security.md)")
 
 
 def execute(args: argparse.Namespace) -> int:
     from kiln_tool.index import KilnIndexError, build_index
 
     try:
-        result = build_index(args.dist, args.out, args.base_url, log=print)
+        result = build_index(args.dist, args.out, args.base_url, log=print,
+                             verify_published=not args.trust_published_sizes)
     except KilnIndexError as exc:
         print(f"kiln index: {exc}", file=sys.stderr)
         print("kiln index: nothing written", file=sys.stderr)

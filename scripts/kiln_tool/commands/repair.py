@@ -15,22 +15,22 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
-    import zipfile
+    from ..repair import RepairError, check_wheel_input, repair_wheel
 
-    from ..repair import RepairError, repair_wheel
-
-    for wheel in args.wheels:
-        if not wheel.is_file():
-            print(f"kiln repair: {wheel}: no such file", file=sys.stderr)
+    # Every input is checked before the first repair: a bad one leaves -w as it was.
+    try:
+        if args.wheel_dir.exists() and not args.wheel_dir.is_dir():
+            print(f"kiln repair: -w {args.wheel_dir}: exists and is not a directory", file=sys.stderr)
             return 2
-        if wheel.suffix != ".whl" or not zipfile.is_zipfile(wheel):
-            print(f"kiln repair: {wheel} is not a wheel file (a .whl zip archive)", file=sys.stderr)
-            return 2
-    for wheel in args.wheels:
-        try:
+        for wheel in args.wheels:
+            if not wheel.exists():
+                print(f"kiln repair: {wheel}: no such file", file=sys.stderr)
+                return 2
+            check_wheel_input(wheel)
+        for wheel in args.wheels:
             repaired = repair_wheel(wheel, args.wheel_dir)
-        except RepairError as exc:
-            print(f"kiln repair: {exc}", file=sys.stderr)
-            return 1
-        print(repaired)
+            print(repaired)
+    except RepairError as exc:
+        print(f"kiln repair: {exc}", file=sys.stderr)
+        return exc.exit_code
     return 0

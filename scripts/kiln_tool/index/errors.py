@@ -19,6 +19,12 @@ class IndexConflictError(KilnIndexError):
     exit_code = 1
 
 
+class IndexIntegrityError(KilnIndexError):
+    """A published file no longer has the bytes the manifest records: exit 1, nothing written."""
+
+    exit_code = 1
+
+
 class AuditRefusedError(KilnIndexError):
     """A wheel failed the audit: exit 1, nothing written. The message is the audit's report."""
 

@@ -1,33 +1,37 @@
-"""Build the site from a wheel directory and merge it into OUT, atomically and append-only.
+"""Build the site from a wheel directory and merge it into OUT, append-only, never half-written.
 
-A run reads the existing index (OUT/kiln-index.json), then builds the complete
-new site in a temporary directory beside OUT:
-1. every wheel of DIST is read once: a name already published must have the
-   same bytes (else exit 1); a new wheel is checked (else exit 2) and copied in;
+A run reads the existing index (OUT/kiln-index.json, validated as untrusted input), verifies
+every published file against its sha256, then stages its work in a folder beside OUT:
+1. every wheel of DIST is read once: a wheel that is the same distribution as a published one
+   (normalized name, version, overlapping tags: index/identity.py) must have the same bytes
+   (else exit 1); a new wheel is checked (else exit 2) and copied in;
 2. every new wheel's copy is audited (a failing wheel: exit 1);
-3. pages are rendered from the merged manifest; every file of the old site that
-   is not re-rendered, published wheels included, is hard-linked, never rewritten;
-4. the new site is swapped into place with one rename (RENAME_EXCHANGE where
-   the kernel has it).
-Any refusal removes the temporary directory: OUT is untouched. A lock on OUT's
-parent (its nearest existing ancestor) keeps two runs from interleaving.
+3. pages are rendered from the merged manifest.
+A new site is then renamed into place in one step. An existing site is merged file by file:
+new wheels first, then the pages they change (each written beside its target and renamed over
+it), the manifest last; so a merge writes O(new wheels) files and a reader never sees a page
+that links a missing wheel. A marker (.kiln-merge-pending) makes the next run re-render every
+page if a merge is cut short. Any refusal happens before OUT is touched.
+
+Runs on one OUT are serialized by a lock keyed on OUT's canonical path (index/locking.py); a
+staging folder is locked by the run that owns it, so a stale one is removed only once its run
+is gone.
 """
 
 # The loops over every published file use os and str paths: pathlib costs several times more per
 # file, and an index holds tens of thousands of files (target: 10,000 wheels in 3 s).
-# ruff: noqa: PTH102, PTH112, PTH113, PTH115, PTH116, PTH118, PTH208, PTH211
+# ruff: noqa: PTH101, PTH103, PTH104, PTH108, PTH113, PTH117, PTH118, PTH120, PTH123
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
 import errno
-import fcntl
 import hashlib
 import os
 import shutil
-import tempfile
-from collections.abc import Callable, Iterator
+import stat
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,7 +39,9 @@ from urllib.parse import urlsplit
 
 from . import render
 from .combos import Combination, TorchCatalog, combinations_for, python_support
-from .errors import AuditRefusedError, IndexConflictError, IndexInputError
+from .errors import AuditRefusedError, IndexConflictError, IndexInputError, IndexIntegrityError
+from .identity import Identities
+from .locking import Staging, output_lock, remove_stale_staging
 from .manifest import MANIFEST_NAME, Manifest, PublishedWheel, load_manifest
 from .wheels import ParsedName, WheelInfo, check_wheel_name, file_sha256, inspect_wheel
 
@@ -43,6 +49,7 @@ Auditor = Callable[[Path], tuple[bool, str]]
 """Audits one wheel: (passed, report text)."""
 
 AUDIT_POLICY = "manylinux_2_28"
+PENDING_MARKER = ".kiln-merge-pending"
 _CHUNK = 1 << 20
 
 
@@ -108,25 +115,24 @@ def _unusable(dist: Path, problems: list[str]) -> IndexInputError:
     return IndexInputError(f"{len(problems)} unusable file(s) in {dist}:\n  " + "\n  ".join(problems))
 
 
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    """An exclusive lock on the nearest existing directory above ``path`` (never ``path``: it gets swapped)."""
-    anchor = path.parent
-    while not anchor.exists():
-        anchor = anchor.parent
-    fd = os.open(anchor, os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
+def check_apart(dist: Path, out: Path) -> None:
+    """DIST and OUT (both resolved, symlinks followed) may not be one folder or lie inside each other."""
+    if dist == out:
+        raise IndexInputError(f"the wheel directory and the output are one folder ({out})")
+    if out in dist.parents:
+        raise IndexInputError(f"the wheel directory {dist} must not lie inside the output {out}")
+    if dist in out.parents:
+        raise IndexInputError(f"the output {out} must not lie inside the wheel directory {dist} "
+                              "(every later run would read the site as wheels)")
 
 
 def build_index(dist: Path, out: Path, base_url: str | None = None, *, audit: Auditor | None = kiln_audit,
-                catalog: TorchCatalog | None = None, log: Callable[[str], None] | None = None) -> IndexResult:
+                catalog: TorchCatalog | None = None, log: Callable[[str], None] | None = None,
+                verify_published: bool = True) -> IndexResult:
     """Index every wheel of ``dist`` into the site at ``out`` (created or merged).
 
     ``audit=None`` lists wheels unaudited: for synthetic wheels (benchmarks), never for a release.
+    ``verify_published=False`` checks published files by size only (see docs/security.md).
     """
     say = log or (lambda _msg: None)
     base_url = normalize_base_url(base_url)
@@ -135,23 +141,26 @@ def build_index(dist: Path, out: Path, base_url: str | None = None, *, audit: Au
             catalog = TorchCatalog.from_matrix()
         except (OSError, ValueError) as exc:
             raise IndexInputError(f"data/matrix.json: {exc}") from None
-    out = out.resolve() if out.is_symlink() else out.absolute()
+    out = Path(os.path.realpath(out))
+    dist = Path(os.path.realpath(dist))
+    check_apart(dist, out)
     if out.exists() and not out.is_dir():
         raise IndexInputError(f"{out} exists and is not a directory")
-    dist = dist.absolute()
-    if dist == out or out in dist.parents:
-        raise IndexInputError(f"the wheel directory {dist} must not lie inside the output {out}")
 
     paths, name_problems = list_dist(dist)
-    with _locked(out):
-        manifest = load_manifest(out) or Manifest(base_url=None, wheels={})
+    with output_lock(out):
+        manifest = load_manifest(out)
+        merging = manifest is not None
+        manifest = manifest or Manifest(base_url=None, wheels={})
         if not paths and not name_problems and not manifest.wheels:
             raise IndexInputError(f"{dist} has no wheels and {out} has no index: nothing to publish")
-        _check_published_files(out, manifest)
-        _remove_stale_scratch(out, say)
+        _check_published_files(out, manifest, verify_published)
+        for removed in remove_stale_staging(out):
+            say(f"removed {removed} (left by an interrupted run)")
 
         created = _make_parents(out.parent)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+        staging = Staging.create(out)
+        tmp = staging.path
         try:
             wheel_dir = tmp / render.WHEEL_DIR
             wheel_dir.mkdir()
@@ -173,26 +182,95 @@ def build_index(dist: Path, out: Path, base_url: str | None = None, *, audit: Au
                 added.append(published[wheel.filename])
             new_manifest = Manifest(base_url=base_url or manifest.base_url, wheels=published)
             pythons = set(catalog.pythons) | {python_support(w.python_tag)[0] for w in published.values()}
-            pages = _render_site(new_manifest, sorted(pythons), catalog)
-            fresh = {f"{render.WHEEL_DIR}/{w.filename}" for w in to_add}
-            fresh |= {f"{render.WHEEL_DIR}/{w.filename}.metadata" for w in to_add}
-            _carry_over(out, tmp, skip=set(pages) | fresh)
-            for rel, text in pages.items():
-                target = tmp / rel
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_text(text, encoding="utf-8")
-            tmp.chmod(0o755)
-            _swap_into_place(tmp, out)
+            if merging and not os.path.lexists(os.path.join(out, PENDING_MARKER)):
+                changed = [w for name, w in published.items() if manifest.wheels.get(name) is not w]
+                pages = _render_site(new_manifest, sorted(pythons), catalog, _pages_of(changed, manifest))
+            else:
+                pages = _render_site(new_manifest, sorted(pythons), catalog, None)
+            if merging:
+                _merge_in_place(tmp, out, [w.filename for w in to_add], pages)
+            else:
+                for rel, text in pages.items():
+                    _write_inside(tmp, rel, text)
+                tmp.chmod(0o755)
+                _swap_into_place(tmp, out)
         except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
+            staging.remove()
             for directory in reversed(created):
                 with contextlib.suppress(OSError):
                     directory.rmdir()
             raise
+        staging.remove()
 
     result = IndexResult(out=out, added=added, unchanged=unchanged, total=len(published))
     result.combos = sorted({c for w in published.values() for c in w.combos}, key=lambda c: c.sort_key)
     return result
+
+
+def _pages_of(changed: list[PublishedWheel], manifest: Manifest) -> set[str]:
+    """The pages a merge must re-render: those listing a new or re-combined wheel, and the site-wide ones."""
+    pages = {"index.html", MANIFEST_NAME, ".nojekyll"}
+    known_projects = {w.project for w in manifest.wheels.values()}
+    for wheel in changed:
+        for combo in wheel.combos:
+            pages.update((combo.page, combo.flat_page))
+        pages.add(f"{render.SIMPLE_DIR}/{wheel.project}/index.html")
+        if wheel.project not in known_projects:
+            pages.add(f"{render.SIMPLE_DIR}/index.html")
+    return pages
+
+
+def inside(root: Path, rel: str) -> str:
+    """``root/rel`` as a string, once proven to resolve (symlinks followed) to a path inside ``root``."""
+    target = os.path.join(root, rel)
+    resolved = os.path.realpath(target)
+    if os.path.isabs(rel) or not resolved.startswith(os.fspath(root) + os.sep):
+        raise IndexInputError(f"refusing to write {rel!r}: it resolves to {resolved}, outside {root}")
+    return target
+
+
+def _write_inside(root: Path, rel: str, text: str) -> None:
+    target = inside(root, rel)
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    with open(target, "w", encoding="utf-8") as fh:
+        fh.write(text)
+
+
+def _merge_in_place(tmp: Path, out: Path, new_wheels: list[str], pages: dict[str, str]) -> None:
+    """Move the staged wheels into OUT, then each page that changed, then the manifest (the commit)."""
+    changed = {}
+    for rel, text in pages.items():
+        target = inside(out, rel)
+        if os.path.lexists(target) and not os.path.isfile(target):
+            raise IndexInputError(f"{target} is not a file; refusing to merge into a damaged index")
+        try:
+            with open(target, encoding="utf-8") as fh:
+                if fh.read() == text:
+                    continue
+        except (OSError, UnicodeDecodeError):
+            pass
+        changed[rel] = (target, text)
+    moves = []
+    for name in new_wheels:
+        for rel in (f"{render.WHEEL_DIR}/{name}", f"{render.WHEEL_DIR}/{name}.metadata"):
+            moves.append((os.path.join(tmp, rel), inside(out, rel)))
+    if not moves and not changed:
+        return
+    marker = inside(out, PENDING_MARKER)
+    with open(marker, "w", encoding="utf-8") as fh:
+        fh.write("a kiln index merge was cut short; the next run re-renders every page\n")
+    os.makedirs(os.path.join(out, render.WHEEL_DIR), exist_ok=True)
+    for staged, target in moves:
+        os.rename(staged, target)
+    last = changed.pop(MANIFEST_NAME, None)
+    for _rel, (target, text) in [*sorted(changed.items()), *([(MANIFEST_NAME, last)] if last else [])]:
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        staged = os.path.join(tmp, ".page")  # one at a time: written, then renamed over its target
+        with open(staged, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.chmod(staged, 0o644)
+        os.rename(staged, target)
+    os.unlink(marker)
 
 
 _SMALL_WHEEL = 1 << 24
@@ -268,7 +346,10 @@ def _stage_new(dist: Path, paths: list[tuple[Path, ParsedName]], out: Path, mani
     problems: list[str] = list(name_problems)
     clashes: list[str] = []
     published_dir = os.path.join(out, render.WHEEL_DIR)
-    already_there = set(os.listdir(published_dir)) if os.path.isdir(published_dir) else set()
+    published = Identities()
+    for known in manifest.wheels.values():
+        published.add(known.filename, known.sha256)
+    incoming = Identities()
     staging = os.fspath(wheel_dir)
     writer = _Writer()
     try:
@@ -294,7 +375,21 @@ def _stage_new(dist: Path, paths: list[tuple[Path, ParsedName]], out: Path, mani
                 if isinstance(source, Path):
                     source.unlink()
                 continue
-            if name in already_there:
+            twin = published.find(name) or incoming.find(name)
+            if twin is not None:
+                # One distribution, two names (0.1.0 vs 0.1.0.0, OpKiln vs opkiln, another build tag):
+                # never a second copy. The same bytes are already served; other bytes are refused.
+                twin_name, twin_sha256 = twin
+                if twin_sha256 == sha256:
+                    unchanged.append(f"{name} (as {twin_name})")
+                else:
+                    clashes.append(f"{name}: the same distribution as {twin_name} (normalized name, version and "
+                                   f"tags), with other bytes (sha256 {sha256}, {twin_name} has {twin_sha256})")
+                if isinstance(source, Path):
+                    source.unlink()
+                continue
+            incoming.add(name, sha256)
+            if os.path.lexists(os.path.join(published_dir, name)):
                 stray = Path(published_dir, name)
                 stray_sha256, _size = file_sha256(stray)
                 if stray_sha256 != sha256:
@@ -320,17 +415,6 @@ def _stage_new(dist: Path, paths: list[tuple[Path, ParsedName]], out: Path, mani
             + "\n  ".join(clashes)
         )
     return to_add, unchanged
-
-
-def _remove_stale_scratch(out: Path, say: Callable[[str], None]) -> None:
-    """Scratch copies of a run that was killed (we hold the lock, so no live run owns them)."""
-    if not out.parent.is_dir():
-        return
-    for pattern in (f".{out.name}.tmp-*", f".{out.name}.old-*"):
-        for stale in out.parent.glob(pattern):
-            if stale.is_dir() and not stale.is_symlink():
-                shutil.rmtree(stale)
-                say(f"removed {stale} (left by an interrupted run)")
 
 
 def _make_parents(directory: Path) -> list[Path]:
@@ -360,27 +444,59 @@ def _audit_all(audit: Auditor, wheels: list[tuple[Path, Path]], say: Callable[[s
         raise AuditRefusedError("\n\n".join(failures))
 
 
-def _check_published_files(out: Path, manifest: Manifest) -> None:
+def _small_sha256(path: str) -> str:
+    with open(path, "rb") as fh:
+        return hashlib.sha256(fh.read()).hexdigest()
+
+
+def _check_published_files(out: Path, manifest: Manifest, verify: bool = True) -> None:
+    """Every published wheel and its METADATA must be there; with ``verify``, with the bytes the manifest
+    records (sha256, streamed). A missing file is a damaged index (exit 2); other bytes are exit 1."""
     wheel_dir = os.path.join(out, render.WHEEL_DIR)
     missing = []
-    for entry in manifest.wheels.values():
+    altered = []
+
+    def check(entry: PublishedWheel) -> None:
         path = os.path.join(wheel_dir, entry.filename)
-        try:
-            if os.stat(path).st_size != entry.size:
-                missing.append(f"{path} (not {entry.size} bytes)")
-        except OSError:
-            missing.append(f"{path} (missing)")
-        if not os.path.isfile(f"{path}.metadata"):
-            missing.append(f"{path}.metadata (missing)")
+        for target, size in ((path, entry.size), (f"{path}.metadata", None)):
+            try:
+                st = os.lstat(target)
+            except OSError:
+                missing.append(f"{target} (missing)")
+                continue
+            if stat.S_ISLNK(st.st_mode) or not stat.S_ISREG(st.st_mode):
+                altered.append(f"{target} (not a regular file: a link or a folder, not the published file)")
+            elif size is not None and st.st_size != size:
+                altered.append(f"{target} ({st.st_size} bytes, published with {size})")
+            elif verify:
+                digest = file_sha256(Path(target))[0] if size is not None else _small_sha256(target)
+                expected = entry.sha256 if size is not None else entry.metadata_sha256
+                if digest != expected:
+                    altered.append(f"{target} (sha256 {digest}, published with {expected})")
+
+    entries = list(manifest.wheels.values())
+    if verify and len(entries) > 64:
+        with ThreadPoolExecutor(max_workers=4, thread_name_prefix="kiln-index-verify") as pool:
+            list(pool.map(check, entries, chunksize=64))
+    else:
+        for entry in entries:
+            check(entry)
+    if altered:
+        raise IndexIntegrityError(
+            f"{out}: published files differ from what {MANIFEST_NAME} records; refusing to merge "
+            "(a published wheel is never replaced: restore it from a backup or the release assets):\n  "
+            + "\n  ".join(sorted(altered))
+        )
     if missing:
         raise IndexInputError(
             f"{out}: published files do not match {MANIFEST_NAME}; refusing to merge into a damaged index:\n  "
-            + "\n  ".join(missing)
+            + "\n  ".join(sorted(missing))
         )
 
 
-def _render_site(manifest: Manifest, pythons: list[str], catalog: TorchCatalog) -> dict[str, str]:
-    """Every page of the site, by path relative to the root."""
+def _render_site(manifest: Manifest, pythons: list[str], catalog: TorchCatalog,
+                 only: set[str] | None) -> dict[str, str]:
+    """Every page of the site (or those in ``only``), by path relative to the root."""
     by_combo: dict[Combination, list[PublishedWheel]] = {}
     by_project: dict[str, list[PublishedWheel]] = {}
     for wheel in manifest.wheels.values():
@@ -388,12 +504,20 @@ def _render_site(manifest: Manifest, pythons: list[str], catalog: TorchCatalog) 
         for combo in wheel.combos:
             by_combo.setdefault(combo, []).append(wheel)
     pages: dict[str, str] = {}
+
+    def wanted(rel: str) -> bool:
+        return only is None or rel in only
+
     for combo, wheels in by_combo.items():
-        pages[combo.page] = render.find_links_page(combo, wheels)
-        pages[combo.flat_page] = render.flat_page(combo, wheels)
-    pages[f"{render.SIMPLE_DIR}/index.html"] = render.simple_root(by_project)
+        if wanted(combo.page):
+            pages[combo.page] = render.find_links_page(combo, wheels)
+        if wanted(combo.flat_page):
+            pages[combo.flat_page] = render.flat_page(combo, wheels)
+    if wanted(f"{render.SIMPLE_DIR}/index.html"):
+        pages[f"{render.SIMPLE_DIR}/index.html"] = render.simple_root(by_project)
     for project, wheels in by_project.items():
-        pages[f"{render.SIMPLE_DIR}/{project}/index.html"] = render.simple_project(project, wheels)
+        if wanted(f"{render.SIMPLE_DIR}/{project}/index.html"):
+            pages[f"{render.SIMPLE_DIR}/{project}/index.html"] = render.simple_project(project, wheels)
     projects = sorted(by_project) or ["opkiln"]
     title = "opkiln" if "opkiln" in by_project else projects[0]
     pages["index.html"] = render.landing_page(
@@ -403,32 +527,6 @@ def _render_site(manifest: Manifest, pythons: list[str], catalog: TorchCatalog) 
     pages[MANIFEST_NAME] = manifest.to_json()
     pages[".nojekyll"] = ""  # GitHub Pages: serve every file as it is
     return pages
-
-
-def _carry_over(old: Path, new: Path, skip: set[str]) -> None:
-    """Hard-link every file of the old site into the new one, except those about to be rendered."""
-    if not old.is_dir():
-        return
-
-    def walk(src_dir: str, dst_dir: str, rel: str) -> None:
-        with os.scandir(src_dir) as entries:
-            for entry in entries:
-                rel_path = f"{rel}{entry.name}"
-                dst = os.path.join(dst_dir, entry.name)
-                if entry.is_symlink():
-                    if rel_path not in skip:
-                        os.symlink(os.readlink(entry.path), dst)
-                elif entry.is_dir():
-                    if not os.path.isdir(dst):
-                        os.mkdir(dst)
-                    walk(entry.path, dst, f"{rel_path}/")
-                elif rel_path not in skip:
-                    try:
-                        os.link(entry.path, dst)
-                    except OSError:
-                        shutil.copy2(entry.path, dst)
-
-    walk(os.fspath(old), os.fspath(new), "")
 
 
 def _copy_hashed(src: Path, dst: Path) -> tuple[str, int]:

@@ -163,8 +163,7 @@ def landing_page(site: Site) -> str:
         "combos": data_combos,
         "torch_index": site.torch_index,
     }
-    # "</" cannot end the script element early once escaped; JSON.parse reads "<\/" as "</".
-    data_json = json.dumps(data, sort_keys=True, separators=(",", ":")).replace("</", "<\\/")
+    data_json = script_json(data)
     simple_url = f"{site.base_url}{SIMPLE_DIR}/" if site.base_url else f"{SIMPLE_DIR}/"
     return Template(_template("landing.html")).substitute(
         project=_e(site.project),
@@ -178,6 +177,17 @@ def landing_page(site: Site) -> str:
         simple_url=_e(simple_url),
         simple_command=_e(f"pip install --index-url {simple_url} {site.project}"),
     )
+
+
+_SCRIPT_ESCAPES = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026",
+                                  "\u2028": "\\u2028", "\u2029": "\\u2029"})
+
+
+def script_json(data: object) -> str:
+    """JSON to embed in a <script> element: no character of it can open or close markup
+    ("<", ">", "&" as \\u escapes, which JSON.parse reads back as the same text), nor end a line
+    for old JavaScript parsers (U+2028, U+2029)."""
+    return json.dumps(data, sort_keys=True, separators=(",", ":")).translate(_SCRIPT_ESCAPES)
 
 
 def _short_platforms(platforms: Iterable[str]) -> str:

@@ -9,12 +9,8 @@ checked against a strict pattern before anything is written.
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import re
-import struct
-import zipfile
-import zlib
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -22,10 +18,11 @@ from typing import Any
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from packaging.tags import Tag
+from packaging.tags import InvalidTag, Tag, parse_tag
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
+from ..safezip import SafeZip, UnsafeArchiveError
 from .errors import IndexInputError
 
 # What a wheel file name may contain: PEP 427 names are built from these alone
@@ -39,6 +36,7 @@ PYTHON_TAG = re.compile(r"cp3[0-9]{1,2}(-abi3)?")
 ABI_MODES = ("torch", "stable")
 REQUIRED_BUILD_INFO = ("opkiln_version", "abi_mode", "torch_major_minor", "cuda_tag", "python_tag")
 _CHUNK = 1 << 20
+MAX_METADATA_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -70,6 +68,7 @@ class WheelInfo:
 ParsedName = tuple[str, Version, tuple[()] | tuple[int, str], frozenset[Tag]]
 
 
+@cache
 def check_wheel_name(name: str) -> ParsedName:
     """Refuse a file name that is not a safe, parsable wheel name; return its parts."""
     if not name.endswith(".whl"):
@@ -80,9 +79,32 @@ def check_wheel_name(name: str) -> ParsedName:
             "(allowed: letters, digits, '.', '_', '+', '-')"
         )
     try:
-        return parse_wheel_filename(name)
-    except (InvalidWheelFilename, InvalidVersion) as exc:
+        stem = name[:-4]
+        dashes = stem.count("-")
+        if dashes not in (4, 5):
+            return parse_wheel_filename(name)  # raises, with packaging's own message
+        head, python, abi, platform = stem.rsplit("-", 3)
+        # packaging's parser, memoized on the name-version-build part and on the tag part: the
+        # wheels of a site share both, and an index re-reads 10,000 names on every merge.
+        dist_name, version, build, _any = _parse_head(head)
+        return dist_name, version, build, _parse_tags(f"{python}-{abi}-{platform}")
+    except (InvalidWheelFilename, InvalidVersion, InvalidTag):
+        pass
+    try:
+        parse_wheel_filename(name)  # for packaging's message about the name itself
+    except (InvalidWheelFilename, InvalidVersion, InvalidTag) as exc:
         raise IndexInputError(f"{name!r}: unparsable wheel name: {exc}") from None
+    raise IndexInputError(f"{name!r}: unparsable wheel name")
+
+
+@cache
+def _parse_head(head: str) -> ParsedName:
+    return parse_wheel_filename(f"{head}-py3-none-any.whl")
+
+
+@cache
+def _parse_tags(tags: str) -> frozenset[Tag]:
+    return parse_tag(tags)
 
 
 def file_sha256(path: Path) -> tuple[str, int]:
@@ -103,24 +125,23 @@ def inspect_wheel(name: str, parsed: ParsedName, source: bytes | Path, sha256: s
     dist_name, dist_version, _build, tags = parsed
     project = canonicalize_name(dist_name)
     try:
-        with zipfile.ZipFile(io.BytesIO(source) if isinstance(source, bytes) else source) as zf:
-            members = set(zf.namelist())
-            metadata_name = _find_metadata(name, members)
+        with SafeZip(source) as archive:  # the audit policy's limits
+            metadata_name = _find_metadata(name, set(archive.members))
             info_name = f"{project.replace('-', '_')}/_build_info.json"
-            if info_name not in members:
+            if info_name not in archive.members:
                 raise IndexInputError(f"{name}: no {info_name} (not a wheel built by kiln)")
-            wanted = (metadata_name, info_name)
-            if isinstance(source, bytes):
-                broken, contents = _verify_crcs(zf, source, wanted)
-            else:
-                broken, contents = zf.testzip(), {member: zf.read(member) for member in wanted}
-            if broken is not None:
-                raise IndexInputError(f"{name}: corrupt wheel (bad CRC in {broken!r})")
-            metadata = contents[metadata_name]
-            build_info = _parse_build_info(name, contents[info_name])
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, EOFError, OSError, ValueError,
-            NotImplementedError) as exc:
-        raise IndexInputError(f"{name}: corrupt wheel (not a readable zip: {exc})") from None
+            for member in (metadata_name, info_name):
+                if archive.members[member].file_size > MAX_METADATA_BYTES:
+                    raise IndexInputError(f"{name}: {member} is {archive.members[member].file_size} bytes "
+                                          f"(more than {MAX_METADATA_BYTES})")
+            # Every member streams through its size and CRC checks, whatever it declares.
+            contents = archive.verify(frozenset((metadata_name, info_name)))
+    except UnsafeArchiveError as exc:
+        raise IndexInputError(f"{name}: corrupt wheel (or unsafe): {exc}") from None
+    except OSError as exc:
+        raise IndexInputError(f"{name}: unreadable: {exc}") from None
+    metadata = contents[metadata_name]
+    build_info = _parse_build_info(name, contents[info_name])
 
     fields = _parse_metadata(name, metadata)
     if canonicalize_name(fields["name"]) != project:
@@ -152,39 +173,6 @@ def inspect_wheel(name: str, parsed: ParsedName, source: bytes | Path, sha256: s
         python_tag=build_info["python_tag"],
         platforms=tuple(sorted({t.platform for t in tags})),
     )
-
-
-_LOCAL_HEADER = struct.Struct("<4s22xHH")
-
-
-def _verify_crcs(zf: zipfile.ZipFile, data: bytes, wanted: tuple[str, ...]) -> tuple[str | None, dict[str, bytes]]:
-    """zipfile's testzip() for a wheel held in memory, without its per-member stream machinery.
-
-    Returns the first member whose bytes do not match its CRC (like testzip()), and the
-    contents of the ``wanted`` members.
-    """
-    view = memoryview(data)
-    contents: dict[str, bytes] = {}
-    for info in zf.infolist():
-        if info.flag_bits & 0x1:
-            raise zipfile.BadZipFile(f"{info.filename!r} is encrypted")
-        if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
-            content = zf.read(info)  # zipfile checks the CRC of other methods itself
-        else:
-            start = info.header_offset
-            magic, name_len, extra_len = _LOCAL_HEADER.unpack_from(view, start)
-            if magic != b"PK\x03\x04":
-                raise zipfile.BadZipFile(f"bad local header for {info.filename!r}")
-            begin = start + _LOCAL_HEADER.size + name_len + extra_len
-            raw = view[begin:begin + info.compress_size]
-            if len(raw) != info.compress_size:
-                raise zipfile.BadZipFile(f"{info.filename!r} is truncated")
-            content = zlib.decompress(raw, -15) if info.compress_type == zipfile.ZIP_DEFLATED else bytes(raw)
-            if len(content) != info.file_size or zlib.crc32(content) != info.CRC:
-                return info.filename, contents
-        if info.filename in wanted:
-            contents[info.filename] = content
-    return None, contents
 
 
 def _find_metadata(name: str, members: set[str]) -> str:
@@ -225,7 +213,7 @@ def _requirement(line: str) -> Requirement:
 
 
 @cache
-def _specifier(text: str) -> SpecifierSet:
+def specifier(text: str) -> SpecifierSet:
     return SpecifierSet(text)
 
 
@@ -245,7 +233,7 @@ def _parse_metadata(name: str, raw: bytes) -> dict[str, Any]:
     requires_python: str | None = headers["requires-python"][0] if "requires-python" in headers else None
     if requires_python is not None:
         try:
-            _specifier(requires_python)
+            specifier(requires_python)
         except InvalidSpecifier:
             raise IndexInputError(f"{name}: METADATA has an invalid Requires-Python {requires_python!r}") from None
     torch_spec: str | None = None

@@ -1,0 +1,94 @@
+"""One identity: a published distribution is its normalized name, normalized version and tag set.
+A wheel that names a published distribution another way is refused with other bytes (exit 1,
+the site byte for byte as it was, both files named) and is no second copy with the same bytes."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from index.synthetic_wheels import make_wheel
+from trust.kiln_runs import kiln, outside, tree
+
+PUBLISHED = "opkiln-0.1.0+pt213cpu-cp311-cp311-linux_x86_64.whl"
+
+
+@pytest.fixture
+def site(tmp_path: Path) -> Path:
+    out = tmp_path / "site"
+    make_wheel(tmp_path / "dist0")
+    run = kiln("index", tmp_path / "dist0", out)
+    assert run.code == 0, run.stderr
+    return out
+
+
+EQUIVALENTS = {
+    "project case": dict(name="OpKiln"),
+    "trailing zero release": dict(version="0.1.0.0+pt213cpu"),
+    "local version case": dict(version="0.1.0+PT213CPU"),
+    "leading v and zeros": dict(version="v0.01.0+pt213cpu",
+                                filename="opkiln-v0.01.0+pt213cpu-cp311-cp311-linux_x86_64.whl"),
+    "build tag": dict(filename="opkiln-0.1.0+pt213cpu-1-cp311-cp311-linux_x86_64.whl"),
+    "overlapping tag set": dict(filename="opkiln-0.1.0+pt213cpu-cp311-cp311-linux_x86_64.manylinux_2_28_x86_64.whl"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(EQUIVALENTS))
+def test_an_equivalent_name_with_other_bytes_is_refused(case: str, site: Path, tmp_path: Path) -> None:
+    knobs: dict[str, str] = dict(EQUIVALENTS[case])
+    dist = tmp_path / "dist"
+    wheel = make_wheel(dist, **{"torch_requirement": "torch<2.14,>=2.13.1", **knobs})  # type: ignore[arg-type]
+    before, around = tree(site), outside(tmp_path, site)
+
+    run = kiln("index", dist, site)
+
+    assert run.code == 1, run.stdout + run.stderr
+    assert wheel.name in run.stderr and PUBLISHED in run.stderr
+    assert "same distribution" in run.stderr
+    assert tree(site) == before
+    assert outside(tmp_path, site) == around
+
+
+def test_separators_in_project_names_are_one_name(tmp_path: Path) -> None:
+    out = tmp_path / "site"
+    make_wheel(tmp_path / "dist0", name="op-kiln", filename="op_kiln-0.1.0-cp311-cp311-linux_x86_64.whl",
+               version="0.1.0")
+    assert kiln("index", tmp_path / "dist0", out).code == 0
+    before = tree(out)
+    other = make_wheel(tmp_path / "dist", name="Op_Kiln", version="0.1.0", torch_requirement="torch>=2.13")
+    run = kiln("index", other.parent, out)
+    assert run.code == 1, run.stderr
+    assert other.name in run.stderr and "op_kiln-0.1.0-cp311" in run.stderr
+    assert tree(out) == before
+
+
+def test_the_same_bytes_under_an_equivalent_name_are_not_a_second_copy(site: Path, tmp_path: Path) -> None:
+    dist = tmp_path / "dist"
+    dist.mkdir()
+    shutil.copy2(site / "wheels" / PUBLISHED, dist / "opkiln-0.1.0.0+PT213CPU-cp311-cp311-linux_x86_64.whl")
+    before = tree(site)
+
+    run = kiln("index", dist, site)
+
+    assert run.code == 0, run.stderr
+    assert f"as {PUBLISHED}" in run.stdout
+    assert tree(site) == before
+
+
+def test_two_equivalent_wheels_in_one_dist_with_other_bytes_are_refused(tmp_path: Path) -> None:
+    dist = tmp_path / "dist"
+    make_wheel(dist, version="0.2.0+pt213cpu")
+    make_wheel(dist, version="0.2.0.0+pt213cpu", torch_requirement="torch>=2.13")
+    run = kiln("index", dist, tmp_path / "site")
+    assert run.code == 1, run.stderr
+    assert "0.2.0.0+pt213cpu" in run.stderr and "opkiln-0.2.0+pt213cpu" in run.stderr
+    assert not (tmp_path / "site").exists()
+
+
+def test_other_tags_of_one_version_are_other_distributions(site: Path, tmp_path: Path) -> None:
+    make_wheel(tmp_path / "dist", python_tag="cp312")
+    run = kiln("index", tmp_path / "dist", site)
+    assert run.code == 0, run.stderr
+    assert (site / "wheels" / "opkiln-0.1.0+pt213cpu-cp312-cp312-linux_x86_64.whl").is_file()
