@@ -26,6 +26,10 @@ from .resolve import Location, Resolver
 from .target import find_torch, from_torch_lib, torch_requirement
 
 
+# DT_NEEDED strings of a library that needs a CUDA build of torch: choose a recorded CUDA variant for it.
+_CUDA_TORCH_MARKERS = (b"\0libtorch_cuda.so\0", b"\0libc10_cuda.so\0", b"\0libcudart.so.")
+
+
 @dataclass(frozen=True)
 class AuditOptions:
     """How to audit. torch_lib: the target torch's lib dir (default: from the build info or the wheel's torch
@@ -73,7 +77,9 @@ def _cxx11_target(artifact: ArtifactContext) -> tuple[bool | None, str]:
     info = artifact.build_info
     if info is not None and isinstance(info.get("cxx11_abi"), bool):
         return bool(info["cxx11_abi"]), "build info"
-    if artifact.torch is not None:
+    if artifact.torch is not None and artifact.torch.recorded is not None:
+        return artifact.torch.recorded.cxx11_abi, f"torch {artifact.torch.version}'s recorded libc10.so"
+    if artifact.torch is not None and artifact.torch.lib_dir is not None:
         return _torch_cxx11_abi(artifact.torch.lib_dir), f"torch {artifact.torch.version}'s libc10.so"
     return None, artifact.torch_problem or "no target torch"
 
@@ -137,8 +143,7 @@ def _passed_elf(lib: ElfLibrary) -> CheckResult:
 def _target_summary(artifact: ArtifactContext) -> dict[str, object]:
     return {
         "policy": f"{artifact.policy.name} ({artifact.policy_reason})",
-        "torch": f"{artifact.torch.version} at {artifact.torch.lib_dir} ({artifact.torch.source})"
-        if artifact.torch else f"not found: {artifact.torch_problem}",
+        "torch": artifact.torch.describe() if artifact.torch else f"not found: {artifact.torch_problem}",
         "cuda_archs": artifact.archs.describe() if artifact.archs else None,
     }
 
@@ -166,11 +171,14 @@ class _Auditor:
             else:
                 policy, reason = self.base, f"--policy; tag {'.'.join(platform_tags)} claims no manylinux policy"
             info = whl.build_info()
+            members = [(m, Location(member=m), whl.read(m)) for m in whl.libraries()]
             torch, problem = self.torch, ""
             if torch is None:
                 requirement = torch_requirement(whl.metadata().get("Requires-Dist", []))
                 torch_version = str(info["torch_version"]) if info and info.get("torch_version") else None
-                torch, problem = find_torch(torch_version, requirement)
+                needs_cuda = any(marker in data for _, _, data in members for marker in _CUDA_TORCH_MARKERS)
+                torch, problem = find_torch(torch_version, requirement, prefer_cuda=needs_cuda,
+                                            local_hint=whl.name.version.partition("+")[2] or None)
                 if torch is None:
                     problem += "; pass --torch-lib DIR"
             archs = self.archs
@@ -189,7 +197,6 @@ class _Auditor:
                                        torch_problem=problem, archs=archs, resolver=resolver,
                                        extra_exports=self.options.extra_exports)
             report = ArtifactReport(path=str(path), kind="wheel", target=_target_summary(artifact))
-            members = [(m, Location(member=m), whl.read(m)) for m in whl.libraries()]
             _audit_libraries(artifact, members, opened, report)
             self._wheel_checks(artifact, report)
             return report

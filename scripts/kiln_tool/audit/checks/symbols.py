@@ -8,7 +8,8 @@ from ..context import LibraryContext
 from ..elf import DynSymbol, ElfLibrary
 from ..policy import parse_version
 from ..report import CheckResult, failed, passed
-from ..resolve import Location
+from ..resolve import Location, Opened
+from ..torch_abi import RecordedLibrary
 
 _TORCH_LIBS = re.compile(r"^lib(torch|c10|caffe2|shm)[a-z0-9_]*\.so")
 _VERSION_RE = re.compile(r"^([A-Z]+)_(.+)$")
@@ -20,7 +21,9 @@ def _sample(items: list[str]) -> str:
     return ", ".join(items[:_MAX_SHOWN]) + (f" and {len(items) - _MAX_SHOWN} more" if len(items) > _MAX_SHOWN else "")
 
 
-def _provides(lib: ElfLibrary, symbol: DynSymbol) -> bool:
+def _provides(lib: Opened, symbol: DynSymbol) -> bool:
+    if isinstance(lib, RecordedLibrary):
+        return lib.exports(symbol.name, symbol.version)
     for definition in lib.definitions(symbol.name):
         if symbol.version is None:
             if not definition.version_hidden:
@@ -34,7 +37,7 @@ def _torch_hint(ctx: LibraryContext) -> str:
     torch = ctx.artifact.torch
     if torch is None:
         return f" No target torch was found ({ctx.artifact.torch_problem})."
-    return f" Target torch: {torch.version} at {torch.lib_dir}."
+    return f" Target torch: {torch.describe()}."
 
 
 def check_undefined_symbols(ctx: LibraryContext) -> CheckResult:
@@ -43,7 +46,7 @@ def check_undefined_symbols(ctx: LibraryContext) -> CheckResult:
     problems: list[str] = []
     missing_libs: list[str] = []
     resolved: list[str] = []
-    direct: list[ElfLibrary] = []
+    direct: list[Opened] = []
     for name in lib.needed:
         found = resolver.find(name, ctx.location, lib)
         if found is None:
@@ -59,7 +62,7 @@ def check_undefined_symbols(ctx: LibraryContext) -> CheckResult:
     if stray:
         problems.append(f"version needs name libraries missing from DT_NEEDED: {', '.join(stray)}")
 
-    scope: list[tuple[str, Location, ElfLibrary]] | None = None
+    scope: list[tuple[str, Location, Opened]] | None = None
     unresolved: list[str] = []
     indirect: list[str] = []
     for symbol in lib.dynamic_symbols:
