@@ -56,6 +56,7 @@ class Location:
 class Found:
     location: Location
     via: str  # "RUNPATH $ORIGIN/../torch/lib", "torch lib", "system"
+    preload: bool = False  # found only because the package loads it first (no search path reaches it)
 
 
 def _expand(entry: str, origin: str) -> str | None:
@@ -117,7 +118,27 @@ class Resolver:
             for directory in self._system_dirs:
                 if (directory / name).is_file():
                     return Found(Location(path=directory / name), "system library")
+        if requester.member is not None:
+            return self._sibling(name)
         return None
+
+    def _sibling(self, name: str) -> Found | None:
+        """A library of the same wheel that no search path of the requester reaches: ld.so matches it
+        by name only when it is already loaded (the package dlopens it first, or a sibling that
+        reaches it through its own RUNPATH was loaded earlier)."""
+        matches = sorted(m for m in self._members if posixpath.basename(m) == name)
+        if not matches:
+            return None
+        reached_by = sorted(m for m in self._members if m not in matches and self._reaches(m, name))
+        how = (f"needed by {reached_by[0]}, which finds it through its own search path" if reached_by
+               else "no library of the wheel reaches it through a search path")
+        return Found(Location(member=matches[0]), f"only when preloaded: {how}", preload=True)
+
+    def _reaches(self, member: str, name: str) -> bool:
+        lib = self.open(Location(member=member))
+        if not isinstance(lib, ElfLibrary) or name not in lib.needed:
+            return False
+        return self._search_paths(name, Location(member=member), lib) is not None
 
     def _search_paths(self, name: str, requester: Location, lib: Opened) -> Found | None:
         """DT_RPATH (without DT_RUNPATH) and DT_RUNPATH, $ORIGIN expanded in the installed layout."""

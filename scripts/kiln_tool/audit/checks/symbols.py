@@ -40,22 +40,52 @@ def _torch_hint(ctx: LibraryContext) -> str:
     return f" Target torch: {torch.describe()}."
 
 
-def check_undefined_symbols(ctx: LibraryContext) -> CheckResult:
+def check_undefined_symbols(ctx: LibraryContext) -> list[CheckResult]:
+    """The main result, plus a 'preload' warning for libraries of the wheel that resolve only when
+    the package loads them first, and a 'target-unknown' error when the torch to check against is
+    neither installed nor recorded."""
     lib = ctx.lib
     resolver = ctx.artifact.resolver
     problems: list[str] = []
     missing_libs: list[str] = []
     resolved: list[str] = []
+    preloaded: list[str] = []
     direct: list[Opened] = []
+    extra: list[CheckResult] = []
     for name in lib.needed:
         found = resolver.find(name, ctx.location, lib)
         if found is None:
             missing_libs.append(name)
             continue
+        if found.preload:
+            preloaded.append(f"{name} ({found.location.describe()}; {found.via})")
         resolved.append(f"{name} from {found.location.describe()} ({found.via})")
         dep = resolver.open(found.location)
         if dep is not None:
             direct.append(dep)
+    if preloaded:
+        extra.append(failed(
+            "undefined-symbols", f"{ctx.member} needs {', '.join(preloaded)}: no RUNPATH/RPATH of it reaches "
+            "the library, so ld.so finds it only if the package has loaded it before (import order, "
+            "ctypes.CDLL or torch.ops.load_library of it first); loading this library on its own fails.",
+            "add an $ORIGIN-relative RUNPATH to the directory of the needed library (CMake INSTALL_RPATH, "
+            "patchelf --set-rpath), so it loads in any order.", "preload"))
+    torch_missing = [n for n in missing_libs if _TORCH_LIBS.match(n)]
+    if ctx.artifact.torch is None and torch_missing:
+        extra.append(failed(
+            "undefined-symbols", f"{ctx.member} needs {', '.join(torch_missing)} of the target torch, which is "
+            f"neither installed here nor recorded: {ctx.artifact.torch_problem}. Its torch symbols, symbol "
+            "versions and C++ ABI were not checked.",
+            "audit where that torch is installed (--torch-lib DIR), or record it: `scripts/kiln torch-abi "
+            "<torch wheel>` (pip download --no-deps torch==X) and commit data/torch_abi/.", "target-unknown"))
+        missing_libs = [n for n in missing_libs if n not in torch_missing]
+        if missing_libs:
+            problems.append(f"needed libraries not found in the installed layout: {_sample(missing_libs)}")
+        result = failed("undefined-symbols", f"{ctx.member}: " + "; ".join(problems) + ".",
+                        "link every library whose symbols you use with $ORIGIN-relative RUNPATHs.") if problems \
+            else passed("undefined-symbols", "non-torch libraries resolved; symbols not checked without the "
+                        "target torch")
+        return [result, *extra]
     if missing_libs:
         problems.append(f"needed libraries not found in the installed layout: {_sample(missing_libs)}")
     stray = sorted(set(lib.version_needs) - set(lib.needed))
@@ -92,11 +122,11 @@ def check_undefined_symbols(ctx: LibraryContext) -> CheckResult:
         torch_related = any(_TORCH_LIBS.match(n) for n in missing_libs) or any(
             s.startswith(("_ZN3c10", "_ZNK3c10", "_ZN2at", "_ZNK2at", "_ZN5torch", "_ZNK5torch")) for s in unresolved)
         hint = _torch_hint(ctx) if torch_related else ""
-        return failed("undefined-symbols", f"{ctx.member}: " + "; ".join(problems) + "." + hint,
-                      "link every library whose symbols you use (and nothing else) with $ORIGIN-relative RUNPATHs; "
-                      "build against exactly the torch the wheel pins (a symbol missing from it means another torch "
-                      "version's headers); pass --torch-lib DIR to audit against another torch.")
-    return passed("undefined-symbols", f"every symbol resolved; needed: {'; '.join(resolved) or 'none'}")
+        return [failed("undefined-symbols", f"{ctx.member}: " + "; ".join(problems) + "." + hint,
+                       "link every library whose symbols you use (and nothing else) with $ORIGIN-relative RUNPATHs; "
+                       "build against exactly the torch the wheel pins (a symbol missing from it means another "
+                       "torch version's headers); pass --torch-lib DIR to audit against another torch."), *extra]
+    return [passed("undefined-symbols", f"every symbol resolved; needed: {'; '.join(resolved) or 'none'}"), *extra]
 
 
 def check_symbol_versions(ctx: LibraryContext) -> CheckResult:
