@@ -15,7 +15,7 @@ from kiln_tool.audit import AuditOptions, CheckResult, audit_paths
 def checks_of(path: Path, **options: object) -> dict[str, CheckResult]:
     report = audit_paths([path], AuditOptions(**options))  # type: ignore[arg-type]
     (library,) = report.artifacts[0].libraries
-    return {c.id: c for c in library.checks}
+    return {c.id: c for c in library.checks if not c.finding}
 
 
 def test_clean_extension_passes_every_check(corpus: Corpus) -> None:
@@ -191,16 +191,20 @@ def test_text_output_lists_failures_first_with_fixes(corpus: Corpus) -> None:
     assert result.returncode == 1
     combo = result.stdout.split("== ")[1]
     rows = [line.split()[0] for line in combo.splitlines() if line.startswith("   ") and line.split()[0] in
-            ("FAIL", "ok")]
-    assert rows[0] == "FAIL" and "ok" in rows
-    assert rows.index("ok") > max(i for i, r in enumerate(rows) if r == "FAIL")
+            ("ERROR", "warn", "ok")]
+    assert rows[0] == "ERROR" and "ok" in rows
+    assert rows.index("ok") > max(i for i, r in enumerate(rows) if r in ("ERROR", "warn"))
     assert "fix: " in combo
+    # Passes are folded into one line per library unless --verbose.
+    assert sum(1 for r in rows if r == "ok") == 1
+    verbose = run_kiln("audit", "--verbose", str(corpus["libcombo.so"]))
+    assert sum(1 for line in verbose.stdout.splitlines() if line.startswith("   ok ")) > 1
 
 
 def test_record_and_wheel_tag(corpus: Corpus, tmp_path: Path) -> None:
     module = corpus[f"clean{PY_SUFFIX}"].read_bytes()
     bad_tag = make_wheel(tmp_path, {f"kilntest/clean{PY_SUFFIX}": module}, tag="cp312-cp312-manylinux_2_28_x86_64")
-    checks = {c.id: c for c in audit_paths([bad_tag]).artifacts[0].checks}
+    checks = {c.id: c for c in audit_paths([bad_tag]).artifacts[0].checks if not c.finding}
     assert not checks["wheel-tag"].ok and "cp311" in checks["wheel-tag"].detail
     assert checks["record"].ok
 
@@ -215,7 +219,7 @@ def test_record_and_wheel_tag(corpus: Corpus, tmp_path: Path) -> None:
             data = src.read(info)
             dst.writestr(info, b"print('changed')\n" if info.filename == "kilntest/__init__.py" else data)
         dst.writestr("kilntest/extra.py", b"")
-    checks = {c.id: c for c in audit_paths([tampered]).artifacts[0].checks}
+    checks = {c.id: c for c in audit_paths([tampered]).artifacts[0].checks if not c.finding}
     assert not checks["record"].ok
     assert "kilntest/__init__.py: sha256" in checks["record"].detail
     assert "kilntest/extra.py is not in RECORD" in checks["record"].detail
@@ -235,11 +239,11 @@ def test_wheel_tag_torch_pin_and_floor(corpus: Corpus, tmp_path: Path) -> None:
     module = {f"kilntest/clean{PY_SUFFIX}": corpus[f"clean{PY_SUFFIX}"].read_bytes()}
     good = make_wheel(tmp_path, module, version=f"0.1.0+pt{major}{minor}cpu", build_info=info,
                       requires=(f"torch=={public}",))
-    assert {c.id: c for c in audit_paths([good]).artifacts[0].checks}["wheel-tag"].ok
+    assert {c.id: c for c in audit_paths([good]).artifacts[0].checks if not c.finding}["wheel-tag"].ok
     (loose := tmp_path / "loose").mkdir()
     wheel = make_wheel(loose, module, version=f"0.1.0+pt{major}{minor}cpu", build_info=info,
                        requires=(f"torch>={public}",), tag="cp311-cp311-manylinux_2_17_x86_64")
-    check = {c.id: c for c in audit_paths([wheel]).artifacts[0].checks}["wheel-tag"]
+    check = {c.id: c for c in audit_paths([wheel]).artifacts[0].checks if not c.finding}["wheel-tag"]
     assert not check.ok
     assert f"allows torch {major}.{int(minor) + 1}.0" in check.detail
     assert "manylinux_2_17_x86_64 is below manylinux_2_28" in check.detail
@@ -264,11 +268,11 @@ def test_interpreter_symbols_are_provided_to_extension_modules(corpus: Corpus) -
 def test_wheel_tag_cuda_runtime_against_build_info(corpus: Corpus, tmp_path: Path) -> None:
     lib = corpus["libcudart_user.so"].read_bytes()
     cpu = make_wheel(tmp_path, {"kilntest/libcudart_user.so": lib}, build_info={"cuda": None})
-    check = {c.id: c for c in audit_paths([cpu]).artifacts[0].checks}["wheel-tag"]
+    check = {c.id: c for c in audit_paths([cpu]).artifacts[0].checks if not c.finding}["wheel-tag"]
     assert not check.ok and "a CPU build (build info cuda: null) whose binaries need libcudart.so.13" in check.detail
     (other := tmp_path / "cu128").mkdir()
     cu128 = make_wheel(other, {"kilntest/libcudart_user.so": lib}, build_info={"cuda": "12.8"})
-    check = {c.id: c for c in audit_paths([cu128]).artifacts[0].checks}["wheel-tag"]
+    check = {c.id: c for c in audit_paths([cu128]).artifacts[0].checks if not c.finding}["wheel-tag"]
     assert not check.ok and "built for CUDA 12.8 but the binaries need libcudart.so.13" in check.detail
 
 
@@ -283,7 +287,7 @@ def test_damaged_version_table_is_reported_not_raised(corpus: Corpus, tmp_path: 
     damaged.write_bytes(bytes(data))
     result = run_kiln("audit", str(damaged))
     assert result.returncode == 1 and "Traceback" not in result.stderr
-    assert "FAIL  elf-valid" in result.stdout and "corrupt ELF" in result.stdout
+    assert "ERROR elf-valid" in result.stdout and "corrupt ELF" in result.stdout
 
 
 def test_wheel_tag_stable_abi_mode(corpus: Corpus, tmp_path: Path) -> None:
@@ -292,12 +296,12 @@ def test_wheel_tag_stable_abi_mode(corpus: Corpus, tmp_path: Path) -> None:
     module = {"kilntest/libplain.so": corpus["libplain.so"].read_bytes()}
     good = make_wheel(tmp_path, module, version="0.1.0+cpu", build_info=info, requires=("torch>=2.11",),
                       tag="cp310-abi3-manylinux_2_28_x86_64")
-    check = {c.id: c for c in audit_paths([good]).artifacts[0].checks}["wheel-tag"]
+    check = {c.id: c for c in audit_paths([good]).artifacts[0].checks if not c.finding}["wheel-tag"]
     assert check.ok, check.detail
     (bad_dir := tmp_path / "bad").mkdir()
     bad = make_wheel(bad_dir, module, version="0.1.0+pt213cpu", build_info={**info, "opkiln_version": None},
                      requires=("torch>=2.12",), tag="cp310-abi3-manylinux_2_28_x86_64")
-    check = {c.id: c for c in audit_paths([bad]).artifacts[0].checks}["wheel-tag"]
+    check = {c.id: c for c in audit_paths([bad]).artifacts[0].checks if not c.finding}["wheel-tag"]
     assert not check.ok
     assert "local version '+pt213cpu' does not name the build's CUDA variant ('+cpu')" in check.detail
     assert "excludes torch 2.11, the stable-ABI floor" in check.detail

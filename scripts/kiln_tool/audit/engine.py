@@ -25,7 +25,6 @@ from .report import ArtifactReport, AuditReport, CheckResult, LibraryReport, fai
 from .resolve import Location, Resolver
 from .target import find_torch, from_torch_lib, torch_requirement
 
-
 # DT_NEEDED strings of a library that needs a CUDA build of torch: choose a recorded CUDA variant for it.
 _CUDA_TORCH_MARKERS = (b"\0libtorch_cuda.so\0", b"\0libc10_cuda.so\0", b"\0libcudart.so.")
 
@@ -41,6 +40,7 @@ class AuditOptions:
     policy: str = DEFAULT_POLICY
     extra_exports: tuple[str, ...] = ()
     gpu: str | None = None  # "sm_90": say whether that GPU can run each library's device code
+    torch_version: str | None = None  # audit against this torch (installed or recorded), e.g. "2.14.1+cu130"
 
 
 def _host_arch() -> str:
@@ -170,6 +170,10 @@ class _Auditor:
         self.base = load_policy(options.policy)
         self.archs = parse_arch_list(options.cuda_archs, "--cuda-archs") if options.cuda_archs else None
         self.torch = from_torch_lib(Path(options.torch_lib)) if options.torch_lib else None
+        if self.torch is None and options.torch_version:
+            self.torch, problem = find_torch(options.torch_version, None, source="--torch")
+            if self.torch is None:
+                raise AuditInputError(f"--torch {options.torch_version}: {problem}")
         self.gpu = parse_gpu(options.gpu) if options.gpu else None
 
     def audit_wheel(self, path: Path) -> ArtifactReport:

@@ -133,7 +133,7 @@ def recorded_summary() -> str:
 
 
 def find_torch(build_info_version: str | None, requirement: str | None, *, prefer_cuda: bool | None = None,
-               local_hint: str | None = None) -> tuple[TorchTarget | None, str]:
+               local_hint: str | None = None, source: str = "build info torch_version") -> tuple[TorchTarget | None, str]:
     """The installed torch matching the build info's exact version, else the wheel's torch pin; when
     none is installed, the recorded ABI of that torch (data/torch_abi).
 
@@ -146,11 +146,11 @@ def find_torch(build_info_version: str | None, requirement: str | None, *, prefe
     if build_info_version:
         for lib, version in candidates:
             if version == build_info_version:
-                return TorchTarget(version, lib, "build info torch_version"), ""
-        recorded = _recorded(build_info_version, "build info torch_version")
+                return TorchTarget(version, lib, source), ""
+        recorded = _recorded(build_info_version, source)
         if recorded is not None:
             return recorded, ""
-        return None, (f"torch {build_info_version} (from the build info) is neither installed here ({found}) nor "
+        return None, (f"torch {build_info_version} ({source}) is neither installed here ({found}) nor "
                       f"recorded in data/torch_abi (recorded: {recorded_summary()})")
     if requirement is not None:  # "" (a bare `torch`) allows any version
         from packaging.specifiers import InvalidSpecifier, SpecifierSet

@@ -16,6 +16,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--torch-lib", type=Path, default=None, metavar="DIR",
                         help="the target torch's lib directory (default: the torch the wheel's build info or "
                         "torch requirement names, found in this interpreter or the repo's venvs)")
+    parser.add_argument("--torch", default=None, metavar="VERSION", dest="torch_version",
+                        help="audit against this torch (e.g. 2.14.1+cu130): installed here, or recorded in "
+                        "data/torch_abi; for wheels that name no torch")
     parser.add_argument("--cuda-archs", default=None, metavar="LIST",
                         help='requested CUDA archs, TORCH_CUDA_ARCH_LIST syntax, e.g. "8.0;9.0a;12.0+PTX" '
                         "(default: the build info's)")
@@ -33,7 +36,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 def execute(args: argparse.Namespace) -> int:
     from kiln_tool.audit import AuditInputError, AuditOptions, audit_paths
 
-    options = AuditOptions(torch_lib=args.torch_lib, cuda_archs=args.cuda_archs, policy=args.policy, gpu=args.gpu)
+    options = AuditOptions(torch_lib=args.torch_lib, cuda_archs=args.cuda_archs, policy=args.policy, gpu=args.gpu,
+                           torch_version=args.torch_version)
     try:
         report = audit_paths(list(args.paths), options)
     except AuditInputError as exc:

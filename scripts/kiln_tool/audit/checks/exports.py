@@ -53,5 +53,5 @@ def check_exports(ctx: LibraryContext) -> CheckResult:
         return failed("exports", f"{kind} {ctx.member} exports {len(extra)} symbol(s) no allowlist covers: "
                       f"{_sample(extra)}. Exported symbols collide with other libraries loaded into the process.",
                       "hide them (-fvisibility=hidden, a version script, -Wl,--exclude-libs,ALL), or list the "
-                      "library's public API in the policy's \"exports\" (data/audit_policy/common.json).", "extra")
+                      "library's public API in the policy's \"exports\" (data/audit_policy/common.json).")
     return passed("exports", f"{len(exported)} exported symbol(s), all allowed")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from ..context import LibraryContext
-from ..elf import DynSymbol, ElfLibrary
+from ..elf import DynSymbol
 from ..policy import parse_version
 from ..report import CheckResult, failed, passed
 from ..resolve import Location, Opened
