@@ -52,6 +52,7 @@ class BuildPathRule:
     source_files: frozenset[str]
     build_dirs: tuple[str, ...]
     roots: tuple[str, ...]
+    dependency_dirs: frozenset[str]
     toolchain_prefixes: tuple[str, ...]
 
     def classify(self, path: str) -> str | None:
@@ -69,8 +70,8 @@ class BuildPathRule:
                      for pattern in self.roots)
         if not (source_file or build_tree or rooted):
             return None
-        if path.startswith(self.toolchain_prefixes) or (source_file and "include" in parts[:-1]
-                                                          and not build_tree and not rooted):
+        if path.startswith(self.toolchain_prefixes) or not self.dependency_dirs.isdisjoint(parts[:-1]) or (
+                source_file and "include" in parts[:-1] and not build_tree and not rooted):
             return "toolchain"
         return "source"
 
@@ -185,6 +186,7 @@ def load_policy(name: str) -> Policy:
                 source_files=frozenset(data["build_paths"]["source_files"]),
                 build_dirs=tuple(data["build_paths"]["build_dirs"]),
                 roots=tuple(data["build_paths"]["roots"]),
+                dependency_dirs=frozenset(data["build_paths"]["dependency_dirs"]),
                 toolchain_prefixes=tuple(data["build_paths"]["toolchain_prefixes"])),
             torch_registration_symbols=tuple(data["torch_registration_symbols"]),
             limits=Limits(**data["limits"]),

@@ -10,38 +10,44 @@ from ..report import CheckResult, failed, passed
 
 _CRT_INIT_ENTRIES = 1
 _TORCH_NEEDED = re.compile(r"^lib(torch|torch_cpu|c10)\.so$")
-# The static functions the registration macros expand to (in .symtab when not stripped):
-# TORCH_LIBRARY(ns, m) -> TORCH_LIBRARY_init_ns, TORCH_LIBRARY_FRAGMENT(ns, m) ->
-# TORCH_LIBRARY_FRAGMENT_init_ns_<C10_UID>, and the same with STABLE_ for the stable ABI. GCC and
-# clang mangle a static function as _ZL<length><identifier><parameter types>.
-_MANGLED_STATIC = re.compile(r"^_ZL(\d+)")
+# What the registration macros expand to (in .symtab when not stripped): TORCH_LIBRARY(ns, m) ->
+# a function TORCH_LIBRARY_init_ns and an object TORCH_LIBRARY_static_init_ns;
+# TORCH_LIBRARY_FRAGMENT(ns, m) -> ..._FRAGMENT_init_ns_<C10_UID>; the same with STABLE_ for the
+# stable ABI. Mangled, the identifier carries its length: _ZL<n><identifier><parameter types> for
+# a static at file scope, _ZN<...>L<n><identifier>E<parameters> inside a C++ namespace.
+_LENGTH_PREFIXED = re.compile(r"(?<![0-9])([0-9]+)(?=(?:STABLE_)?TORCH_LIBRARY)")
 _INIT_IDENTIFIER = re.compile(
-    r"^(?P<kind>(?:STABLE_)?TORCH_LIBRARY(?:_FRAGMENT)?)_init_(?P<ns>[A-Za-z_][A-Za-z0-9_]*)$")
+    r"^(?P<kind>(?:STABLE_)?TORCH_LIBRARY(?:_FRAGMENT)?)_(?:static_)?init_(?P<ns>[A-Za-z_][A-Za-z0-9_]*)$")
+
+
+def _identifiers(name: str) -> list[str]:
+    if not name.startswith("_Z"):
+        return [name]  # unmangled (a C-linkage build of the macro)
+    found = []
+    for match in _LENGTH_PREFIXED.finditer(name):
+        length = int(match[1])
+        identifier = name[match.end():match.end() + length]
+        if len(identifier) == length:
+            found.append(identifier)
+    return found
 
 
 def parse_init_symbol(name: str) -> tuple[str, str] | None:
-    """(macro, namespace) of a registration init function's symbol, e.g.
-    ('STABLE_TORCH_LIBRARY', 'torchaudio') for _ZL36STABLE_TORCH_LIBRARY_init_torchaudioP...; None otherwise."""
+    """(macro, namespace) of a registration init function's or object's symbol, e.g.
+    ('STABLE_TORCH_LIBRARY', 'torchaudio') for _ZL36STABLE_TORCH_LIBRARY_init_torchaudioRN5torch6stable...;
+    None for anything else (TORCH_LIBRARY_IMPL blocks register kernels, not namespaces)."""
     name = name.split(".", 1)[0]  # .cold / .constprop.0 clones
-    match = _MANGLED_STATIC.match(name)
-    if match is not None:
-        start = match.end()
-        identifier = name[start:start + int(match[1])]
-        if len(identifier) != int(match[1]):
-            return None
-    elif name.startswith("_Z"):
-        return None
-    else:
-        identifier = name  # unmangled (a C-linkage build of the macro)
-    found = _INIT_IDENTIFIER.match(identifier)
-    if found is None:
-        return None
-    kind, namespace = found["kind"], found["ns"]
-    if kind.endswith("_FRAGMENT"):
-        namespace, _, uid = namespace.rpartition("_")
-        if not namespace or not uid.isdigit():
-            return None
-    return kind, namespace
+    for identifier in _identifiers(name):
+        found = _INIT_IDENTIFIER.match(identifier)
+        if found is None:
+            continue
+        kind, namespace = found["kind"], found["ns"]
+        if kind.endswith("_FRAGMENT"):
+            namespace, _, uid = namespace.rpartition("_")
+            if not namespace or not uid.isdigit():
+                continue
+        return kind, namespace
+    return None
 
 
 def registration_refs(ctx: LibraryContext) -> list[str]:
