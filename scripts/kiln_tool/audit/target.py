@@ -133,7 +133,8 @@ def recorded_summary() -> str:
 
 
 def find_torch(build_info_version: str | None, requirement: str | None, *, prefer_cuda: bool | None = None,
-               local_hint: str | None = None, source: str = "build info torch_version") -> tuple[TorchTarget | None, str]:
+               local_hint: str | None = None,
+               source: str = "build info torch_version") -> tuple[TorchTarget | None, str]:
     """The installed torch matching the build info's exact version, else the wheel's torch pin; when
     none is installed, the recorded ABI of that torch (data/torch_abi).
 
