@@ -243,10 +243,24 @@ def test_wheel_tag_torch_pin_and_floor(corpus: Corpus, tmp_path: Path) -> None:
     (loose := tmp_path / "loose").mkdir()
     wheel = make_wheel(loose, module, version=f"0.1.0+pt{major}{minor}cpu", build_info=info,
                        requires=(f"torch>={public}",), tag="cp311-cp311-manylinux_2_17_x86_64")
-    check = {c.id: c for c in audit_paths([wheel]).artifacts[0].checks if not c.finding}["wheel-tag"]
-    assert not check.ok
+    results = audit_paths([wheel]).artifacts[0].checks
+    check = {c.id: c for c in results if not c.finding}["wheel-tag"]
+    assert not check.ok and check.is_error
     assert f"allows torch {major}.{int(minor) + 1}.0" in check.detail
-    assert "manylinux_2_17_x86_64 is below manylinux_2_28" in check.detail
+    # Below torch's own floor: pip would install it where torch cannot run; nothing breaks that torch
+    # itself does not already break, so a warning (data/audit_policy/common.json "severity").
+    below = next(c for c in results if c.finding == "below-floor")
+    assert below.is_warning and "manylinux_2_17_x86_64 is below manylinux_2_28" in below.detail
+
+
+def test_floor_is_unknown_without_a_torch(corpus: Corpus, tmp_path: Path) -> None:
+    module = {f"kilntest/clean{PY_SUFFIX}": corpus[f"clean{PY_SUFFIX}"].read_bytes()}
+    wheel = make_wheel(tmp_path, module, tag="cp311-cp311-manylinux_2_17_x86_64")
+    results = audit_paths([wheel], AuditOptions(policy="manylinux_2_34")).artifacts[0].checks
+    unknown = next(c for c in results if c.finding == "floor-unknown")
+    assert unknown.is_warning and "the platform floor (torch's own manylinux tag) is unknown" in unknown.detail
+    # Not taken from --policy: no "below manylinux_2_34" claim.
+    assert not any("below manylinux_2_34" in c.detail for c in results)
 
 
 def test_version_need_without_needed_entry(corpus: Corpus) -> None:
@@ -312,3 +326,24 @@ def test_cuda_build_without_device_code(corpus: Corpus, tmp_path: Path) -> None:
                        build_info={"cuda": "13.0", "cuda_archs": ["8.0", "9.0+PTX"]})
     (check,) = [c for c in audit_paths([wheel]).artifacts[0].checks if c.id == "cuda-sass"]
     assert not check.ok and "no library in the wheel carries device code" in check.detail
+
+
+def test_a_sibling_reached_only_by_preload_is_a_warning(corpus: Corpus, tmp_path: Path) -> None:
+    # pkg/libneedsdep.so needs libdep.so, which sits in pkg/sub/ where no RUNPATH of it looks.
+    files = {"kilntest/libneedsdep.so": corpus["libneedsdep.so"].read_bytes(),
+             "kilntest/sub/libdep.so": corpus["sub/libdep.so"].read_bytes()}
+    lonely = make_wheel(tmp_path, files)
+    libs = {lib.path: lib for lib in audit_paths([lonely]).artifacts[0].libraries}
+    results = libs["kilntest/libneedsdep.so"].checks
+    preload = next(c for c in results if c.finding == "preload")
+    assert preload.is_warning and "no library of the wheel reaches it" in preload.detail
+    main = next(c for c in results if c.id == "undefined-symbols" and not c.finding)
+    assert main.ok, main.detail  # kiln_dep resolves from the preloaded sibling
+    # A sibling that reaches it through its own RUNPATH ($ORIGIN of sub/) is named.
+    (with_mid := tmp_path / "mid").mkdir()
+    files["kilntest/sub/libmid.so"] = corpus["sub/libmid.so"].read_bytes()
+    report = audit_paths([make_wheel(with_mid, files)])
+    assert report.ok
+    libs = {lib.path: lib for lib in report.artifacts[0].libraries}
+    preload = next(c for c in libs["kilntest/libneedsdep.so"].checks if c.finding == "preload")
+    assert "needed by kilntest/sub/libmid.so, which finds it through its own search path" in preload.detail

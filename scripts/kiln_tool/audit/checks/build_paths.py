@@ -9,6 +9,7 @@ run-time file such as /proc/self/maps). Machine code is not searched for strings
 from __future__ import annotations
 
 import bisect
+import fnmatch
 import re
 
 from .. import fatbin
@@ -65,7 +66,13 @@ def check_build_paths(ctx: LibraryContext) -> list[CheckResult]:
     results = []
     fix = ("map paths out at compile time (-ffile-prefix-map=<src>=<name>, for nvcc via -Xcompiler), build "
            "without -g/-lineinfo for release or strip debug info, and avoid __FILE__ in messages.")
-    if found["source"]:
+    vendored = fnmatch.fnmatchcase(ctx.member, "*.libs/*")
+    if found["source"] and vendored:
+        results.append(failed("build-paths", f"{ctx.member}, a third-party library auditwheel grafted into the "
+                              f"wheel, embeds {_describe(found['source'])} of its builder's machine.",
+                              "nothing in this project's build: it comes with the vendored library (rebuild it "
+                              "with -ffile-prefix-map, or take a stripped build).", "vendored"))
+    elif found["source"]:
         results.append(failed("build-paths", f"{ctx.member} embeds {_describe(found['source'])} of the build "
                               "machine's source or build tree.", fix))
     if found["toolchain"]:

@@ -48,6 +48,8 @@ def check_wheel_tag(artifact: ArtifactContext) -> list[CheckResult]:
 
     # Python/ABI tags against the extension suffixes.
     for lib in artifact.libraries:
+        if lib.extension_module is None:
+            continue  # an op library (torch.ops.load_library) is loaded by path: its suffix binds nothing
         match = _CPYTHON_SUFFIX.search(lib.member)
         if match:
             tag = f"cp{match[1]}{match[2]}"
@@ -113,6 +115,7 @@ def check_wheel_tag(artifact: ArtifactContext) -> list[CheckResult]:
     floor: tuple[int, int] | None = None
     floor_source = ""
     floor_unknown = ""
+    below: list[str] = []
     if artifact.torch is not None:
         torch_floors = [manylinux_policy_of_tag(t) for t in artifact.torch.platform_tags()]
         glibcs = [glibc_of_policy_name(p[0]) for p in torch_floors if p]
@@ -130,9 +133,12 @@ def check_wheel_tag(artifact: ArtifactContext) -> list[CheckResult]:
             continue
         glibc = glibc_of_policy_name(claim[0])
         if floor is not None and glibc is not None and glibc < floor:
-            problems.append(f"platform tag {tag} is below manylinux_{floor[0]}_{floor[1]}, the floor of "
-                            f"{floor_source}: pip would install it where torch itself cannot run")
+            below.append(f"platform tag {tag} is below manylinux_{floor[0]}_{floor[1]}, the floor of "
+                         f"{floor_source}: pip would install it where torch itself cannot run")
     results = []
+    if below:
+        results.append(failed("wheel-tag", f"{wheel.path.name}: " + "; ".join(below) + ".",
+                              "repair with auditwheel --plat at or above torch's own manylinux tag.", "below-floor"))
     if floor_unknown and any(manylinux_policy_of_tag(t) for t in wheel.name.platform_tags):
         results.append(failed(
             "wheel-tag", f"{wheel.path.name}: the platform floor (torch's own manylinux tag) is unknown: "
