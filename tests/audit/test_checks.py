@@ -343,7 +343,8 @@ def test_a_sibling_reached_only_by_preload_is_a_warning(corpus: Corpus, tmp_path
     (with_mid := tmp_path / "mid").mkdir()
     files["kilntest/sub/libmid.so"] = corpus["sub/libmid.so"].read_bytes()
     report = audit_paths([make_wheel(with_mid, files)])
-    assert report.ok
+    errors = [(where, c.id) for where, c in report.artifacts[0].rows() if c.is_error]
+    assert all(check == "exports" for _, check in errors), errors  # kiln_dep/kiln_mid are public on purpose
     libs = {lib.path: lib for lib in report.artifacts[0].libraries}
     preload = next(c for c in libs["kilntest/libneedsdep.so"].checks if c.finding == "preload")
     assert "needed by kilntest/sub/libmid.so, which finds it through its own search path" in preload.detail

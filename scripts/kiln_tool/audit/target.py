@@ -6,6 +6,7 @@ its own dist-info WHEEL file.
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from dataclasses import dataclass
@@ -71,11 +72,15 @@ def from_torch_lib(lib_dir: Path) -> TorchTarget:
     return TorchTarget(torch_version_at(lib_dir) or "unknown", lib_dir, "--torch-lib")
 
 
+SEARCH_ENV = "OPKILN_AUDIT_TORCH_SEARCH"  # "interpreter": only this interpreter's torch (as in the release job)
+
+
 def candidate_lib_dirs() -> list[Path]:
     """torch/lib of the running interpreter, then of the repo's venvs (.venv, .venvs/*)."""
     roots = [Path(p) for p in sys.path if p.endswith("site-packages")]
-    roots += sorted(REPO.glob(".venv/lib/python*/site-packages"))
-    roots += sorted(REPO.glob(".venvs/*/lib/python*/site-packages"))
+    if os.environ.get(SEARCH_ENV) != "interpreter":
+        roots += sorted(REPO.glob(".venv/lib/python*/site-packages"))
+        roots += sorted(REPO.glob(".venvs/*/lib/python*/site-packages"))
     seen: list[Path] = []
     for root in roots:
         lib = (root / "torch" / "lib").resolve() if (root / "torch" / "lib").is_dir() else None

@@ -21,6 +21,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
 import re
 import zipfile
 import zlib
@@ -32,6 +33,7 @@ from typing import Any
 from .elf import ElfInvalid, ElfLibrary
 
 DATA_DIR = Path(__file__).resolve().parents[3] / "data" / "torch_abi"
+DATA_DIR_ENV = "OPKILN_TORCH_ABI_DIR"  # another folder of records (tests; a fork's own torch builds)
 FORMAT = 1
 HASH_BYTES = 5
 _EXPORTED_BINDS = {"STB_GLOBAL", "STB_WEAK", "STB_GNU_UNIQUE", "STB_LOOS"}
@@ -205,19 +207,28 @@ def _load_record(path: Path) -> RecordedTorch:
         raise TorchAbiError(f"{path}: unreadable torch ABI record ({exc})") from exc
 
 
-@cache
-def recorded_versions(data_dir: Path = DATA_DIR) -> dict[str, Path]:
+def data_dir() -> Path:
+    return Path(os.environ.get(DATA_DIR_ENV) or DATA_DIR)
+
+
+def recorded_versions() -> dict[str, Path]:
     """torch version ('2.14.1+cu130') -> its data file."""
-    found: dict[str, Path] = {}
-    for path in sorted(data_dir.glob("*.json")):
-        found[path.stem] = path
-    return found
+    return _recorded_in(data_dir())
 
 
 @cache
-def load_recorded(version: str, data_dir: Path = DATA_DIR) -> RecordedTorch | None:
-    path = recorded_versions(data_dir).get(version)
-    return _load_record(path) if path is not None else None
+def _recorded_in(directory: Path) -> dict[str, Path]:
+    return {path.stem: path for path in sorted(directory.glob("*.json"))}
+
+
+def load_recorded(version: str) -> RecordedTorch | None:
+    path = recorded_versions().get(version)
+    return _load_record_cached(path) if path is not None else None
+
+
+@cache
+def _load_record_cached(path: Path) -> RecordedTorch:
+    return _load_record(path)
 
 
 def write_record(record: dict[str, Any], out_dir: Path) -> Path:

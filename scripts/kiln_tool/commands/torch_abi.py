@@ -14,20 +14,20 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                         help="a torch wheel (pip download --no-deps torch==X); read, never installed")
     parser.add_argument("--extra", type=Path, action="append", default=[], metavar="WHEEL",
                         help="another wheel whose libraries torch loads (e.g. the CUDA runtime); repeatable")
-    parser.add_argument("--out", type=Path, default=None, metavar="DIR", help="default: data/torch_abi")
+    parser.add_argument("--out", type=Path, default=None, metavar="DIR", help="default: data/torch_abi ($OPKILN_TORCH_ABI_DIR)")
 
 
 def execute(args: argparse.Namespace) -> int:
     import zipfile
 
-    from kiln_tool.audit.torch_abi import DATA_DIR, TorchAbiError, record_wheel, write_record
+    from kiln_tool.audit.torch_abi import TorchAbiError, data_dir, record_wheel, write_record
 
     try:
         record = record_wheel(args.wheel, tuple(args.extra))
     except (TorchAbiError, OSError, zipfile.BadZipFile) as exc:
         print(f"kiln torch-abi: {args.wheel}: {exc}", file=sys.stderr)
         return 2
-    target = write_record(record, args.out or DATA_DIR)
+    target = write_record(record, args.out or data_dir())
     counts = ", ".join(f"{Path(m).name} {e['count']}" for m, e in record["libraries"].items())
     print(f"wrote {target} ({target.stat().st_size} bytes): torch {record['torch_version']}; {counts}")
     return 0
