@@ -197,8 +197,9 @@ class _Auditor:
             if torch is None:
                 requirement = torch_requirement(whl.metadata().get("Requires-Dist", []))
                 torch_version = str(info["torch_version"]) if info and info.get("torch_version") else None
-                needs_cuda = any(marker in data for _, _, data in members for marker in _CUDA_TORCH_MARKERS)
-                torch, problem = find_torch(torch_version, requirement, prefer_cuda=needs_cuda,
+                torch, problem = find_torch(torch_version, requirement,
+                                            prefer_cuda=lambda: any(marker in data for _, _, data in members
+                                                                    for marker in _CUDA_TORCH_MARKERS),
                                             local_hint=whl.name.version.partition("+")[2] or None)
                 if torch is None:
                     problem += "; pass --torch-lib DIR"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -137,7 +138,8 @@ def recorded_summary() -> str:
     return ", ".join(recorded_versions()) or "none"
 
 
-def find_torch(build_info_version: str | None, requirement: str | None, *, prefer_cuda: bool | None = None,
+def find_torch(build_info_version: str | None, requirement: str | None, *,
+               prefer_cuda: Callable[[], bool] | None = None,
                local_hint: str | None = None,
                source: str = "build info torch_version") -> tuple[TorchTarget | None, str]:
     """The installed torch matching the build info's exact version, else the wheel's torch pin; when
@@ -176,7 +178,8 @@ def find_torch(build_info_version: str | None, requirement: str | None, *, prefe
         if matching:
             _, lib, version = max(matching, key=lambda m: m[0])
             return TorchTarget(version, lib, f"METADATA requires torch{requirement}"), ""
-        recorded = _recorded_for_spec(spec, prefer_cuda, local_hint, f"METADATA requires torch{requirement}")
+        recorded = _recorded_for_spec(spec, prefer_cuda() if prefer_cuda is not None else None, local_hint,
+                                      f"METADATA requires torch{requirement}")
         if recorded is not None:
             return recorded, ""
         return None, (f"torch{requirement} (from METADATA) is neither installed here ({found}) nor recorded in "

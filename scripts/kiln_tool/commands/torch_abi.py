@@ -13,8 +13,10 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("wheel", type=Path, metavar="TORCH_WHEEL",
                         help="a torch wheel (pip download --no-deps torch==X); read, never installed")
     parser.add_argument("--extra", type=Path, action="append", default=[], metavar="WHEEL",
-                        help="another wheel whose libraries torch loads (e.g. the CUDA runtime); repeatable")
-    parser.add_argument("--out", type=Path, default=None, metavar="DIR", help="default: data/torch_abi ($OPKILN_TORCH_ABI_DIR)")
+                        help="another wheel whose libraries torch loads (e.g. the CUDA runtime); "
+                        "repeatable")
+    parser.add_argument("--out", type=Path, default=None, metavar="DIR",
+                        help="default: data/torch_abi ($OPKILN_TORCH_ABI_DIR)")
 
 
 def execute(args: argparse.Namespace) -> int:
