@@ -67,3 +67,6 @@ def test_findings_are_exactly_the_verified_ones(entry: dict[str, Any], monkeypat
             f"expected {e.get('libraries', 1)} librar(ies) matching {e['library']} with {e['check']} "
             f"{e.get('finding', '')} ({e['severity']}) {e['detail']}; found {sorted(hits)}")
     assert report.ok == (not any(e["severity"] == "error" for e in expected))
+    # Kernel images exactly as cuobjdump lists them, per library with device code.
+    manifests = {lib.path: lib.cuda_manifest for lib in artifact.libraries if lib.cuda_manifest is not None}
+    assert manifests == entry["cuda_manifests"]
