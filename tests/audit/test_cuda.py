@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -108,3 +109,19 @@ def test_lineinfo_paths_inside_compressed_ptx(corpus: Corpus) -> None:
     checks = {c.id: c for c in audit_paths([lib]).artifacts[0].libraries[0].checks if not c.finding}
     assert not checks["build-paths"].ok
     assert ".nv_fatbin compute_90" in checks["build-paths"].detail
+
+
+def test_gpu_says_whether_each_library_runs(corpus: Corpus) -> None:
+    lib = str(corpus["libcuda_80_90a.so"])  # SASS sm_80, sm_90a; PTX compute_90a
+    for gpu, verdict, reason in (
+            ("sm_86", "runs", "SASS sm_80 (binary compatible: same major 8, 8.0 <= 8.6)"),
+            ("sm_90", "runs", "SASS sm_90a"),
+            ("sm_100", "CANNOT run", "sm_90a is arch-specific to 9.0"),
+            ("sm_75", "CANNOT run", "sm_80 is newer")):
+        result = run_kiln("audit", "--gpu", gpu, lib)
+        text = " ".join(result.stdout.split())
+        assert f"{gpu}: {lib} {verdict}: " in text and reason in text, text
+    document = json.loads(run_kiln("audit", "--json", "--gpu", "sm_100", lib).stdout)
+    assert document["artifacts"][0]["libraries"][0]["gpu"]["runs"] is False
+    bad = run_kiln("audit", "--gpu", "ampere", lib)
+    assert bad.returncode == 2 and "--gpu 'ampere'" in bad.stderr

@@ -136,10 +136,10 @@ def gpu_runs(manifest: ArchManifestLike, gpu: CudaArch) -> tuple[bool, str]:
     for a in manifest.sass:
         if a.variant == "a":
             reasons.append(f"{a.sm} is arch-specific to {a.major}.{a.minor}")
-        elif a.major != gpu.major:
-            reasons.append(f"{a.sm} is for major {a.major}")
+        elif a.number > gpu.number:
+            reasons.append(f"{a.sm} is newer than {gpu.major}.{gpu.minor}")
         else:
-            reasons.append(f"{a.sm} is newer")
+            reasons.append(f"{a.sm} is for major {a.major} (SASS runs only within its major)")
     for a in manifest.ptx:
         reasons.append(why_not_covering(a, gpu) if a.variant or a.number > gpu.number else f"{a.compute} unusable")
     return False, "no SASS it can run and no PTX at or below it" + (f" ({'; '.join(reasons)})" if reasons else
