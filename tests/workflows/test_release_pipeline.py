@@ -223,6 +223,9 @@ def test_release_audits_wheels_of_torches_that_are_not_installed(repaired_wheel:
 
     workspace = _workspace(tmp_path / "release", [repaired_wheel, cuda_wheel])
     assert _fetch(url, workspace / "site", "--allow-missing").returncode == 0
+    # Every torch these wheels need is recorded in the repo: the record step downloads nothing.
+    recorded = _bash(_release_step("scripts/kiln torch-abi"), workspace, **only_dev_torch)
+    assert recorded.returncode == 0 and recorded.stdout == "", recorded.stdout + recorded.stderr
     audited = _bash(audit, workspace, **only_dev_torch)
     assert audited.returncode == 0, audited.stdout + audited.stderr
     text = " ".join(audited.stdout.split())
