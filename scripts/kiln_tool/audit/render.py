@@ -24,11 +24,14 @@ def _status(artifact: ArtifactReport) -> str:
     return head + (f", {warnings} warning{'s' if warnings != 1 else ''}" if warnings else "")
 
 
-def _finding(where: str, check: CheckResult) -> list[str]:
+def _finding(where: str, check: CheckResult, fixes_shown: set[str]) -> list[str]:
     label = "ERROR" if check.is_error else "warn"
     lines = [f"   {label:<5} {check.id:<18} {where}"]
     lines.extend(_wrap(check.detail, " " * 9))
-    if check.fix:
+    if check.fix and check.fix in fixes_shown:
+        lines.append(" " * 9 + "fix: as above")
+    elif check.fix:
+        fixes_shown.add(check.fix)
         lines.extend(_wrap("fix: " + check.fix, " " * 9))
     return lines
 
@@ -43,8 +46,9 @@ def render_text(report: AuditReport, verbose: bool = False) -> str:
                 lines.extend(_wrap(f"{key}: {value}", " " * 5, "   "))
         bad = sorted((r for r in rows if not r[1].ok),
                      key=lambda r: (not r[1].is_error, _ORDER[r[1].id], r[0]))
+        fixes_shown: set[str] = set()  # one fix text, printed once per artifact
         for where, check in bad:
-            lines.extend(_finding(where, check))
+            lines.extend(_finding(where, check, fixes_shown))
         good = [(where, c) for where, c in rows if c.ok]
         if verbose:
             for where, check in sorted(good, key=lambda r: (_ORDER[r[1].id], r[0])):
