@@ -20,6 +20,7 @@ COMMANDS: dict[str, str] = {
     "audit": "audit",
     "index": "index",
     "repro": "repro",
+    "torch-abi": "torch_abi",
 }
 
 

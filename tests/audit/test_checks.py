@@ -15,7 +15,7 @@ from kiln_tool.audit import AuditOptions, CheckResult, audit_paths
 def checks_of(path: Path, **options: object) -> dict[str, CheckResult]:
     report = audit_paths([path], AuditOptions(**options))  # type: ignore[arg-type]
     (library,) = report.artifacts[0].libraries
-    return {c.id: c for c in library.checks}
+    return {c.id: c for c in library.checks if not c.finding}
 
 
 def test_clean_extension_passes_every_check(corpus: Corpus) -> None:
@@ -191,16 +191,20 @@ def test_text_output_lists_failures_first_with_fixes(corpus: Corpus) -> None:
     assert result.returncode == 1
     combo = result.stdout.split("== ")[1]
     rows = [line.split()[0] for line in combo.splitlines() if line.startswith("   ") and line.split()[0] in
-            ("FAIL", "ok")]
-    assert rows[0] == "FAIL" and "ok" in rows
-    assert rows.index("ok") > max(i for i, r in enumerate(rows) if r == "FAIL")
+            ("ERROR", "warn", "ok")]
+    assert rows[0] == "ERROR" and "ok" in rows
+    assert rows.index("ok") > max(i for i, r in enumerate(rows) if r in ("ERROR", "warn"))
     assert "fix: " in combo
+    # Passes are folded into one line per library unless --verbose.
+    assert sum(1 for r in rows if r == "ok") == 1
+    verbose = run_kiln("audit", "--verbose", str(corpus["libcombo.so"]))
+    assert sum(1 for line in verbose.stdout.splitlines() if line.startswith("   ok ")) > 1
 
 
 def test_record_and_wheel_tag(corpus: Corpus, tmp_path: Path) -> None:
     module = corpus[f"clean{PY_SUFFIX}"].read_bytes()
     bad_tag = make_wheel(tmp_path, {f"kilntest/clean{PY_SUFFIX}": module}, tag="cp312-cp312-manylinux_2_28_x86_64")
-    checks = {c.id: c for c in audit_paths([bad_tag]).artifacts[0].checks}
+    checks = {c.id: c for c in audit_paths([bad_tag]).artifacts[0].checks if not c.finding}
     assert not checks["wheel-tag"].ok and "cp311" in checks["wheel-tag"].detail
     assert checks["record"].ok
 
@@ -215,7 +219,7 @@ def test_record_and_wheel_tag(corpus: Corpus, tmp_path: Path) -> None:
             data = src.read(info)
             dst.writestr(info, b"print('changed')\n" if info.filename == "kilntest/__init__.py" else data)
         dst.writestr("kilntest/extra.py", b"")
-    checks = {c.id: c for c in audit_paths([tampered]).artifacts[0].checks}
+    checks = {c.id: c for c in audit_paths([tampered]).artifacts[0].checks if not c.finding}
     assert not checks["record"].ok
     assert "kilntest/__init__.py: sha256" in checks["record"].detail
     assert "kilntest/extra.py is not in RECORD" in checks["record"].detail
@@ -235,14 +239,28 @@ def test_wheel_tag_torch_pin_and_floor(corpus: Corpus, tmp_path: Path) -> None:
     module = {f"kilntest/clean{PY_SUFFIX}": corpus[f"clean{PY_SUFFIX}"].read_bytes()}
     good = make_wheel(tmp_path, module, version=f"0.1.0+pt{major}{minor}cpu", build_info=info,
                       requires=(f"torch=={public}",))
-    assert {c.id: c for c in audit_paths([good]).artifacts[0].checks}["wheel-tag"].ok
+    assert {c.id: c for c in audit_paths([good]).artifacts[0].checks if not c.finding}["wheel-tag"].ok
     (loose := tmp_path / "loose").mkdir()
     wheel = make_wheel(loose, module, version=f"0.1.0+pt{major}{minor}cpu", build_info=info,
                        requires=(f"torch>={public}",), tag="cp311-cp311-manylinux_2_17_x86_64")
-    check = {c.id: c for c in audit_paths([wheel]).artifacts[0].checks}["wheel-tag"]
-    assert not check.ok
+    results = audit_paths([wheel]).artifacts[0].checks
+    check = {c.id: c for c in results if not c.finding}["wheel-tag"]
+    assert not check.ok and check.is_error
     assert f"allows torch {major}.{int(minor) + 1}.0" in check.detail
-    assert "manylinux_2_17_x86_64 is below manylinux_2_28" in check.detail
+    # Below torch's own floor: pip would install it where torch cannot run; nothing breaks that torch
+    # itself does not already break, so a warning (data/audit_policy/common.json "severity").
+    below = next(c for c in results if c.finding == "below-floor")
+    assert below.is_warning and "manylinux_2_17_x86_64 is below manylinux_2_28" in below.detail
+
+
+def test_floor_is_unknown_without_a_torch(corpus: Corpus, tmp_path: Path) -> None:
+    module = {f"kilntest/clean{PY_SUFFIX}": corpus[f"clean{PY_SUFFIX}"].read_bytes()}
+    wheel = make_wheel(tmp_path, module, tag="cp311-cp311-manylinux_2_17_x86_64")
+    results = audit_paths([wheel], AuditOptions(policy="manylinux_2_34")).artifacts[0].checks
+    unknown = next(c for c in results if c.finding == "floor-unknown")
+    assert unknown.is_warning and "the platform floor (torch's own manylinux tag) is unknown" in unknown.detail
+    # Not taken from --policy: no "below manylinux_2_34" claim.
+    assert not any("below manylinux_2_34" in c.detail for c in results)
 
 
 def test_version_need_without_needed_entry(corpus: Corpus) -> None:
@@ -264,11 +282,11 @@ def test_interpreter_symbols_are_provided_to_extension_modules(corpus: Corpus) -
 def test_wheel_tag_cuda_runtime_against_build_info(corpus: Corpus, tmp_path: Path) -> None:
     lib = corpus["libcudart_user.so"].read_bytes()
     cpu = make_wheel(tmp_path, {"kilntest/libcudart_user.so": lib}, build_info={"cuda": None})
-    check = {c.id: c for c in audit_paths([cpu]).artifacts[0].checks}["wheel-tag"]
+    check = {c.id: c for c in audit_paths([cpu]).artifacts[0].checks if not c.finding}["wheel-tag"]
     assert not check.ok and "a CPU build (build info cuda: null) whose binaries need libcudart.so.13" in check.detail
     (other := tmp_path / "cu128").mkdir()
     cu128 = make_wheel(other, {"kilntest/libcudart_user.so": lib}, build_info={"cuda": "12.8"})
-    check = {c.id: c for c in audit_paths([cu128]).artifacts[0].checks}["wheel-tag"]
+    check = {c.id: c for c in audit_paths([cu128]).artifacts[0].checks if not c.finding}["wheel-tag"]
     assert not check.ok and "built for CUDA 12.8 but the binaries need libcudart.so.13" in check.detail
 
 
@@ -283,7 +301,7 @@ def test_damaged_version_table_is_reported_not_raised(corpus: Corpus, tmp_path: 
     damaged.write_bytes(bytes(data))
     result = run_kiln("audit", str(damaged))
     assert result.returncode == 1 and "Traceback" not in result.stderr
-    assert "FAIL  elf-valid" in result.stdout and "corrupt ELF" in result.stdout
+    assert "ERROR elf-valid" in result.stdout and "corrupt ELF" in result.stdout
 
 
 def test_wheel_tag_stable_abi_mode(corpus: Corpus, tmp_path: Path) -> None:
@@ -292,12 +310,12 @@ def test_wheel_tag_stable_abi_mode(corpus: Corpus, tmp_path: Path) -> None:
     module = {"kilntest/libplain.so": corpus["libplain.so"].read_bytes()}
     good = make_wheel(tmp_path, module, version="0.1.0+cpu", build_info=info, requires=("torch>=2.11",),
                       tag="cp310-abi3-manylinux_2_28_x86_64")
-    check = {c.id: c for c in audit_paths([good]).artifacts[0].checks}["wheel-tag"]
+    check = {c.id: c for c in audit_paths([good]).artifacts[0].checks if not c.finding}["wheel-tag"]
     assert check.ok, check.detail
     (bad_dir := tmp_path / "bad").mkdir()
     bad = make_wheel(bad_dir, module, version="0.1.0+pt213cpu", build_info={**info, "opkiln_version": None},
                      requires=("torch>=2.12",), tag="cp310-abi3-manylinux_2_28_x86_64")
-    check = {c.id: c for c in audit_paths([bad]).artifacts[0].checks}["wheel-tag"]
+    check = {c.id: c for c in audit_paths([bad]).artifacts[0].checks if not c.finding}["wheel-tag"]
     assert not check.ok
     assert "local version '+pt213cpu' does not name the build's CUDA variant ('+cpu')" in check.detail
     assert "excludes torch 2.11, the stable-ABI floor" in check.detail
@@ -308,3 +326,25 @@ def test_cuda_build_without_device_code(corpus: Corpus, tmp_path: Path) -> None:
                        build_info={"cuda": "13.0", "cuda_archs": ["8.0", "9.0+PTX"]})
     (check,) = [c for c in audit_paths([wheel]).artifacts[0].checks if c.id == "cuda-sass"]
     assert not check.ok and "no library in the wheel carries device code" in check.detail
+
+
+def test_a_sibling_reached_only_by_preload_is_a_warning(corpus: Corpus, tmp_path: Path) -> None:
+    # pkg/libneedsdep.so needs libdep.so, which sits in pkg/sub/ where no RUNPATH of it looks.
+    files = {"kilntest/libneedsdep.so": corpus["libneedsdep.so"].read_bytes(),
+             "kilntest/sub/libdep.so": corpus["sub/libdep.so"].read_bytes()}
+    lonely = make_wheel(tmp_path, files)
+    libs = {lib.path: lib for lib in audit_paths([lonely]).artifacts[0].libraries}
+    results = libs["kilntest/libneedsdep.so"].checks
+    preload = next(c for c in results if c.finding == "preload")
+    assert preload.is_warning and "no library of the wheel reaches it" in preload.detail
+    main = next(c for c in results if c.id == "undefined-symbols" and not c.finding)
+    assert main.ok, main.detail  # kiln_dep resolves from the preloaded sibling
+    # A sibling that reaches it through its own RUNPATH ($ORIGIN of sub/) is named.
+    (with_mid := tmp_path / "mid").mkdir()
+    files["kilntest/sub/libmid.so"] = corpus["sub/libmid.so"].read_bytes()
+    report = audit_paths([make_wheel(with_mid, files)])
+    errors = [(where, c.id) for where, c in report.artifacts[0].rows() if c.is_error]
+    assert all(check == "exports" for _, check in errors), errors  # kiln_dep/kiln_mid are public on purpose
+    libs = {lib.path: lib for lib in report.artifacts[0].libraries}
+    preload = next(c for c in libs["kilntest/libneedsdep.so"].checks if c.finding == "preload")
+    assert "needed by kilntest/sub/libmid.so, which finds it through its own search path" in preload.detail

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -35,7 +36,8 @@ def test_arch_list_syntax() -> None:
     request = parse_arch_list("8.0;9.0a 10.0f,12.0+PTX", "test")
     assert [str(a) for a in request.sass] == ["8.0", "9.0a", "10.0f", "12.0"]
     assert [a.compute for a in request.ptx] == ["compute_120"]
-    assert parse_arch_list(["8.0+PTX", "9.0"], "t").ptx == (CudaArch(8, 0), CudaArch(9, 0))
+    # TORCH_CUDA_ARCH_LIST: PTX only where +PTX is written, not for the newest arch by default.
+    assert parse_arch_list(["8.0+PTX", "9.0"], "t").ptx == (CudaArch(8, 0),)
     with pytest.raises(AuditInputError, match="'sm_80' is not a CUDA arch"):
         parse_arch_list("sm_80", "test")
     with pytest.raises(AuditInputError, match="empty"):
@@ -79,29 +81,47 @@ def test_malformed_fatbin() -> None:
 def test_cuda_checks(corpus: Corpus) -> None:
     lib = corpus["libcuda_80_90a.so"]
     ok = audit_paths([lib], AuditOptions(cuda_archs="8.0;9.0a"))
-    checks = {c.id: c for c in ok.artifacts[0].libraries[0].checks}
+    checks = {c.id: c for c in ok.artifacts[0].libraries[0].checks if not c.finding}
     assert checks["cuda-sass"].ok and checks["cuda-ptx"].ok
     assert ok.artifacts[0].libraries[0].cuda_manifest == {"sass": ["sm_80", "sm_90a"], "ptx": ["compute_90a"]}
 
     missing = audit_paths([lib], AuditOptions(cuda_archs="8.0;9.0;12.0+PTX"))
-    checks = {c.id: c for c in missing.artifacts[0].libraries[0].checks}
+    checks = {c.id: c for c in missing.artifacts[0].libraries[0].checks if not c.finding}
     assert not checks["cuda-sass"].ok
     assert "lacks SASS for sm_90, sm_120" in checks["cuda-sass"].detail
     assert "found SASS sm_80, sm_90a; PTX compute_90a" in checks["cuda-sass"].detail
     assert not checks["cuda-ptx"].ok and "compute_120" in checks["cuda-ptx"].detail
+    assert "compute_90a is arch-specific: it JITs only on 9.0, never forward" in checks["cuda-ptx"].detail
 
 
 def test_cuda_archs_on_the_command_line(corpus: Corpus) -> None:
     result = run_kiln("audit", "--cuda-archs", "8.0;10.0f;12.0+PTX", str(corpus["libcuda_mixed.so"]))
     assert result.returncode == 1
-    assert "CUDA arch manifest" in result.stdout and "SASS sm_80, sm_100f; PTX compute_120" in result.stdout
+    text = " ".join(result.stdout.split())  # long lines are wrapped
+    assert "CUDA arch manifest" in text and "SASS sm_80, sm_100f; PTX compute_120" in text
     # sm_100f is there; 12.0 has PTX only, so SASS for sm_120 is what is missing.
     assert "lacks SASS for sm_120:" in " ".join(result.stdout.split())
-    assert "FAIL  cuda-ptx" not in result.stdout
+    assert "ERROR cuda-ptx" not in result.stdout
 
 
 def test_lineinfo_paths_inside_compressed_ptx(corpus: Corpus) -> None:
     lib = corpus["libcuda_lineinfo.so"]
-    checks = {c.id: c for c in audit_paths([lib]).artifacts[0].libraries[0].checks}
+    checks = {c.id: c for c in audit_paths([lib]).artifacts[0].libraries[0].checks if not c.finding}
     assert not checks["build-paths"].ok
     assert ".nv_fatbin compute_90" in checks["build-paths"].detail
+
+
+def test_gpu_says_whether_each_library_runs(corpus: Corpus) -> None:
+    lib = str(corpus["libcuda_80_90a.so"])  # SASS sm_80, sm_90a; PTX compute_90a
+    for gpu, verdict, reason in (
+            ("sm_86", "runs", "SASS sm_80 (binary compatible: same major 8, 8.0 <= 8.6)"),
+            ("sm_90", "runs", "SASS sm_90a"),
+            ("sm_100", "CANNOT run", "sm_90a is arch-specific to 9.0"),
+            ("sm_75", "CANNOT run", "sm_80 is newer")):
+        result = run_kiln("audit", "--gpu", gpu, lib)
+        text = " ".join(result.stdout.split())
+        assert f"{gpu}: {lib} {verdict}: " in text and reason in text, text
+    document = json.loads(run_kiln("audit", "--json", "--gpu", "sm_100", lib).stdout)
+    assert document["artifacts"][0]["libraries"][0]["gpu"]["runs"] is False
+    bad = run_kiln("audit", "--gpu", "ampere", lib)
+    assert bad.returncode == 2 and "--gpu 'ampere'" in bad.stderr

@@ -30,3 +30,28 @@ def test_json_documents_follow_the_schema(corpus: Corpus, tmp_path: Path) -> Non
 
 def test_schema_names_every_check_id() -> None:
     assert SCHEMA["$defs"]["check_id"]["enum"] == list(CHECK_IDS)
+
+
+def test_warnings_do_not_fail_and_json_keeps_both(corpus: Corpus, tmp_path: Path) -> None:
+    # libneedsdep.so reaches sub/libdep.so only by preload (a warning); nothing else is wrong with it.
+    files = {"kilntest/libneedsdep.so": corpus["libneedsdep.so"].read_bytes(),
+             "kilntest/sub/libdep.so": corpus["sub/libdep.so"].read_bytes()}
+    wheel = make_wheel(tmp_path, files)
+    result = run_kiln("audit", "--json", "--gpu", "sm_90", str(wheel))
+    document = json.loads(result.stdout)
+    jsonschema.validate(document, SCHEMA)
+    severities = {(c["id"], c["finding"], c["severity"]) for a in document["artifacts"] for lib in a["libraries"]
+                  for c in lib["checks"] if not c["ok"]}
+    assert ("undefined-symbols", "preload", "warning") in severities
+    assert ("exports", None, "error") in severities  # kiln_dep is exported on purpose: an error
+    assert document["warnings"] >= 1 and document["errors"] >= 1 and result.returncode == 1
+    # Only warnings (the floor is unknown without a torch): exit 0, ok, and the warning is kept.
+    (quiet := tmp_path / "quiet").mkdir()
+    clean = make_wheel(quiet, {f"kilntest/clean{PY_SUFFIX}": corpus[f"clean{PY_SUFFIX}"].read_bytes()})
+    result = run_kiln("audit", "--json", str(clean))
+    document = json.loads(result.stdout)
+    jsonschema.validate(document, SCHEMA)
+    assert result.returncode == 0 and document["ok"] is True and document["errors"] == 0
+    assert document["warnings"] == 1
+    (check,) = [c for c in document["artifacts"][0]["checks"] if not c["ok"]]
+    assert (check["id"], check["finding"], check["severity"]) == ("wheel-tag", "floor-unknown", "warning")

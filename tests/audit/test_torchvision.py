@@ -40,8 +40,8 @@ def cu130_torch_lib() -> Path | None:
 
 def by_library(path: Path, options: AuditOptions | None = None) -> dict[str, dict[str, CheckResult]]:
     (artifact,) = audit_paths([path], options).artifacts
-    result = {lib.path: {c.id: c for c in lib.checks} for lib in artifact.libraries}
-    result["(wheel)"] = {c.id: c for c in artifact.checks}
+    result = {lib.path: {c.id: c for c in lib.checks if not c.finding} for lib in artifact.libraries}
+    result["(wheel)"] = {c.id: c for c in artifact.checks if not c.finding}
     return result
 
 

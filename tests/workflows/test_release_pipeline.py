@@ -207,3 +207,38 @@ def test_fetch_wants_an_empty_target_and_an_http_url(tmp_path: Path) -> None:
     assert _fetch("http://127.0.0.1:9/", tmp_path / "busy").returncode == 2
     assert _fetch("file:///etc/", tmp_path / "new").returncode == 2
 
+
+
+def test_release_audits_wheels_of_torches_that_are_not_installed(repaired_wheel: Path, cuda_wheel: Path,
+                                                                 serve: object, tmp_path: Path) -> None:
+    """release.yml's index job has only requirements/dev.txt's torch (2.13 CPU): the CUDA 13.0 wheel built
+    for torch 2.14.1 is audited (by `kiln audit` and inside `kiln index`) against the recorded torch ABI."""
+    start = serve  # type: ignore[assignment]
+    audit = _release_step("scripts/kiln audit")
+    index = _release_step("scripts/kiln index")
+    only_dev_torch = {"OPKILN_AUDIT_TORCH_SEARCH": "interpreter", "PAGES_URL": "https://example.invalid/opkiln/"}
+    nothing = tmp_path / "nothing-published"
+    nothing.mkdir()
+    url = start(nothing)  # type: ignore[operator]
+
+    workspace = _workspace(tmp_path / "release", [repaired_wheel, cuda_wheel])
+    assert _fetch(url, workspace / "site", "--allow-missing").returncode == 0
+    # Every torch these wheels need is recorded in the repo: the record step downloads nothing.
+    recorded = _bash(_release_step("scripts/kiln torch-abi"), workspace, **only_dev_torch)
+    assert recorded.returncode == 0 and recorded.stdout == "", recorded.stdout + recorded.stderr
+    audited = _bash(audit, workspace, **only_dev_torch)
+    assert audited.returncode == 0, audited.stdout + audited.stderr
+    text = " ".join(audited.stdout.split())
+    assert "torch: 2.14.1+cu130 as recorded in torch_abi/2.14.1+cu130.json" in text
+    indexed = _bash(index, workspace, **only_dev_torch)
+    assert indexed.returncode == 0, indexed.stdout + indexed.stderr
+    listed = {w["filename"] for w in json.loads((workspace / "site" / "kiln-index.json").read_text())["wheels"]}
+    assert listed == {repaired_wheel.name, cuda_wheel.name}
+
+    # Without the records the same wheel cannot be checked, and the audit says exactly that.
+    bare = _workspace(tmp_path / "no-records", [cuda_wheel])
+    (empty := tmp_path / "empty-records").mkdir()
+    refused = _bash(audit, bare, **only_dev_torch, OPKILN_TORCH_ABI_DIR=str(empty))
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    text = " ".join(refused.stdout.split())
+    assert "neither installed here nor recorded" in text and "torch 2.14.1+cu130" in text

@@ -21,6 +21,7 @@ RUN_BY = {
     "scripts/kiln repair": "tests/workflows/test_release_pipeline.py",
     "scripts/kiln audit": "tests/workflows/test_release_pipeline.py",
     "scripts/kiln index": "tests/workflows/test_release_pipeline.py",
+    "scripts/kiln torch-abi": "tests/workflows/test_release_pipeline.py",
     "tools/fetch_published_site.py": "tests/workflows/test_release_pipeline.py",
     "tools/actionlint/lint.cjs": "tests/workflows/test_workflow_lint.py",
     "make test": ".ci/run",  # make test is how the suite itself is run

@@ -6,20 +6,28 @@ The interface the wheel pipeline (`kiln wheels`) and `kiln index` call::
 
     report = audit_paths([Path("dist/opkiln-...whl")],
                          AuditOptions(torch_lib=None, cuda_archs=None, policy="manylinux_2_28"))
-    report.ok              # True when every check of every artifact passed
-    report.to_json()       # {"schema", "ok", "check_ids", "artifacts": [{"path", "kind", "ok", "target",
-                           #   "checks": [...], "libraries": [{"path", "ok", "cuda_manifest",
-                           #   "checks": [{"id", "ok", "detail", "fix"}]}]}]}
-    report.render_text()   # a table per artifact, failures first, each with its fix
+    report.ok              # True when no check failed with severity "error" (warnings do not fail)
+    report.to_json()       # {"schema", "ok", "errors", "warnings", "check_ids", "artifacts": [{"path",
+                           #   "kind", "ok", "warnings", "target", "checks": [...], "libraries": [{"path",
+                           #   "ok", "warnings", "cuda_manifest", "gpu", "checks": [{"id", "ok", "severity",
+                           #   "finding", "detail", "fix"}]}]}]}
+    report.render_text()   # per artifact: errors, then warnings, each with its fix; passes folded into
+                           # one line per library (render_text(verbose=True) lists each)
 
 audit_paths raises AuditInputError (a ValueError) for input that cannot be audited at all: a
 missing file, a directory, a symlink, a non-zip "wheel", a zip bomb, an oversized file, a
-loose file that is not ELF. `kiln audit` exits 2 for those, 1 when a check fails, 0 otherwise.
+loose file that is not ELF. `kiln audit` exits 2 for those, 1 when a check fails with severity
+"error", 0 otherwise. Severity is data: data/audit_policy/common.json "severity", keyed by check id
+or "check:finding" (e.g. undefined-symbols:preload is a warning).
 
 AuditOptions:
     torch_lib   the target torch's lib directory. Default: the torch whose version the wheel's
                 build info names, else one matching its torch requirement, found in the running
-                interpreter or the repo's venvs (.venv, .venvs/*).
+                interpreter or the repo's venvs (.venv, .venvs/*); where none is installed, that
+                torch's recorded ABI (data/torch_abi, written by `kiln torch-abi` from the torch
+                wheel). With neither, the torch-dependent findings say exactly that.
+    torch_version  audit against this torch (installed or recorded), e.g. "2.14.1+cu130".
+    gpu         "sm_90": say per library whether that GPU can run its device code.
     cuda_archs  TORCH_CUDA_ARCH_LIST syntax ("8.0;9.0a;12.0+PTX"). Default: the build info's.
     policy      data/audit_policy/<policy>.json: symbol-version ceilings for artifacts whose tag
                 claims no manylinux policy (a wheel tagged manylinux_X_Y is held to that policy),

@@ -7,13 +7,14 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any
 
-from .archs import ArchRequest
+from .archs import ArchRequest, CudaArch
 from .elf import ElfLibrary
 from .inputs import Wheel
 from .policy import Policy
 from .resolve import Location, Resolver
 from .target import TorchTarget
 
+_TORCH_NEEDED = re.compile(r"^lib(torch|torch_cpu|torch_cuda|c10|c10_cuda)\.so$")
 _EXTENSION_RE = re.compile(r"^(?P<module>[A-Za-z_][A-Za-z0-9_]*)(?P<suffix>\.[A-Za-z0-9_-]+)?\.so$")
 
 
@@ -31,6 +32,7 @@ class ArtifactContext:
     archs: ArchRequest | None
     resolver: Resolver
     extra_exports: tuple[str, ...] = ()
+    gpu: CudaArch | None = None
     libraries: list[LibraryContext] = field(default_factory=list)
 
 
@@ -48,17 +50,31 @@ class LibraryContext:
 
     @property
     def extension_module(self) -> str | None:
-        """The Python module name when this library is an extension module, else None."""
+        """The Python module name when this library is an extension module (imported), else None.
+
+        A library named like one (_C.abi3.so) that defines no PyInit_<module> but registers torch
+        operators or links torch is an op library that torch.ops.load_library dlopens, not an import.
+        """
         match = _EXTENSION_RE.match(self.filename)
         if match is None:
             return None
         module = match["module"]
         suffix = match["suffix"] or ""
-        if suffix.startswith((".cpython-", ".abi3", ".cp3", ".pypy")):
-            return module
         if any(s.defined and s.name == f"PyInit_{module}" for s in self.lib.dynamic_symbols):
             return module
+        if suffix.startswith((".cpython-", ".abi3", ".cp3", ".pypy")) and not self.op_library:
+            return module
         return None
+
+    @property
+    def op_library(self) -> bool:
+        """Defines no PyInit_* and registers torch operators or links torch: loaded with torch.ops.load_library."""
+        symbols = self.lib.dynamic_symbols
+        if any(s.defined and s.name.startswith("PyInit_") for s in symbols):
+            return False
+        policy = self.artifact.resolver.policy
+        return any(_TORCH_NEEDED.match(n) for n in self.lib.needed) or any(
+            not s.defined and policy.is_registration_symbol(s.name) for s in symbols)
 
     @property
     def loaded_by_python(self) -> bool:

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import platform
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
 
 from . import inputs
-from .archs import parse_arch_list
+from .archs import gpu_runs, parse_arch_list, parse_gpu
 from .checks import abi, build_paths, cuda, exports, hardening, registration, symbols, wheel
 from .context import ArtifactContext, LibraryContext
 from .elf import CORRUPT_ELF_ERRORS, ElfInvalid, ElfLibrary
@@ -25,6 +25,9 @@ from .report import ArtifactReport, AuditReport, CheckResult, LibraryReport, fai
 from .resolve import Location, Resolver
 from .target import find_torch, from_torch_lib, torch_requirement
 
+# DT_NEEDED strings of a library that needs a CUDA build of torch: choose a recorded CUDA variant for it.
+_CUDA_TORCH_MARKERS = (b"\0libtorch_cuda.so\0", b"\0libc10_cuda.so\0", b"\0libcudart.so.")
+
 
 @dataclass(frozen=True)
 class AuditOptions:
@@ -36,6 +39,8 @@ class AuditOptions:
     cuda_archs: str | None = None
     policy: str = DEFAULT_POLICY
     extra_exports: tuple[str, ...] = ()
+    gpu: str | None = None  # "sm_90": say whether that GPU can run each library's device code
+    torch_version: str | None = None  # audit against this torch (installed or recorded), e.g. "2.14.1+cu130"
 
 
 def _host_arch() -> str:
@@ -73,7 +78,9 @@ def _cxx11_target(artifact: ArtifactContext) -> tuple[bool | None, str]:
     info = artifact.build_info
     if info is not None and isinstance(info.get("cxx11_abi"), bool):
         return bool(info["cxx11_abi"]), "build info"
-    if artifact.torch is not None:
+    if artifact.torch is not None and artifact.torch.recorded is not None:
+        return artifact.torch.recorded.cxx11_abi, f"torch {artifact.torch.version}'s recorded libc10.so"
+    if artifact.torch is not None and artifact.torch.lib_dir is not None:
         return _torch_cxx11_abi(artifact.torch.lib_dir), f"torch {artifact.torch.version}'s libc10.so"
     return None, artifact.torch_problem or "no target torch"
 
@@ -84,8 +91,8 @@ def _check_library(ctx: LibraryContext, report: LibraryReport) -> None:
     checks.append(hardening.check_exec_stack(ctx))
     checks.append(exports.check_exports(ctx))
     checks.append(hardening.check_rpath(ctx))
-    checks.append(build_paths.check_build_paths(ctx))
-    checks.append(symbols.check_undefined_symbols(ctx))
+    checks.extend(build_paths.check_build_paths(ctx))
+    checks.extend(symbols.check_undefined_symbols(ctx))
     checks.append(symbols.check_symbol_versions(ctx))
     target_abi, source = _cxx11_target(ctx.artifact)
     checks.append(abi.check_cxx11_abi(ctx, target_abi, source))
@@ -95,6 +102,10 @@ def _check_library(ctx: LibraryContext, report: LibraryReport) -> None:
         checks.extend(results)
         if manifest is not None:
             report.cuda_manifest = manifest.to_json()
+            gpu = ctx.artifact.gpu
+            if gpu is not None:
+                runs, how = gpu_runs(manifest, gpu)
+                report.gpu = {"gpu": gpu.sm, "runs": runs, "how": how}
     registered = registration.check_library(ctx)
     if registered is not None:
         checks.append(registered)
@@ -130,6 +141,17 @@ def _audit_libraries(artifact: ArtifactContext, members: list[tuple[str, Locatio
         artifact.libraries.append(ctx)
 
 
+def _apply_severity(report: ArtifactReport, policy: Policy) -> None:
+    """Each failed result gets the severity the policy data gives its check (and finding)."""
+
+    def judged(results: list[CheckResult]) -> list[CheckResult]:
+        return [r if r.ok else replace(r, severity=policy.severity_of(r.id, r.finding)) for r in results]
+
+    report.checks = judged(report.checks)
+    for lib in report.libraries:
+        lib.checks = judged(lib.checks)
+
+
 def _passed_elf(lib: ElfLibrary) -> CheckResult:
     return passed("elf-valid", f"{lib.elfclass}-bit {lib.machine} shared object, {lib.size} bytes")
 
@@ -137,8 +159,7 @@ def _passed_elf(lib: ElfLibrary) -> CheckResult:
 def _target_summary(artifact: ArtifactContext) -> dict[str, object]:
     return {
         "policy": f"{artifact.policy.name} ({artifact.policy_reason})",
-        "torch": f"{artifact.torch.version} at {artifact.torch.lib_dir} ({artifact.torch.source})"
-        if artifact.torch else f"not found: {artifact.torch_problem}",
+        "torch": artifact.torch.describe() if artifact.torch else f"not found: {artifact.torch_problem}",
         "cuda_archs": artifact.archs.describe() if artifact.archs else None,
     }
 
@@ -149,6 +170,11 @@ class _Auditor:
         self.base = load_policy(options.policy)
         self.archs = parse_arch_list(options.cuda_archs, "--cuda-archs") if options.cuda_archs else None
         self.torch = from_torch_lib(Path(options.torch_lib)) if options.torch_lib else None
+        if self.torch is None and options.torch_version:
+            self.torch, problem = find_torch(options.torch_version, None, source="--torch")
+            if self.torch is None:
+                raise AuditInputError(f"--torch {options.torch_version}: {problem}")
+        self.gpu = parse_gpu(options.gpu) if options.gpu else None
 
     def audit_wheel(self, path: Path) -> ArtifactReport:
         whl = inputs.open_wheel(path, self.base.limits)
@@ -166,11 +192,15 @@ class _Auditor:
             else:
                 policy, reason = self.base, f"--policy; tag {'.'.join(platform_tags)} claims no manylinux policy"
             info = whl.build_info()
+            members = [(m, Location(member=m), whl.read(m)) for m in whl.libraries()]
             torch, problem = self.torch, ""
             if torch is None:
                 requirement = torch_requirement(whl.metadata().get("Requires-Dist", []))
                 torch_version = str(info["torch_version"]) if info and info.get("torch_version") else None
-                torch, problem = find_torch(torch_version, requirement)
+                torch, problem = find_torch(torch_version, requirement,
+                                            prefer_cuda=lambda: any(marker in data for _, _, data in members
+                                                                    for marker in _CUDA_TORCH_MARKERS),
+                                            local_hint=whl.name.version.partition("+")[2] or None)
                 if torch is None:
                     problem += "; pass --torch-lib DIR"
             archs = self.archs
@@ -187,11 +217,11 @@ class _Auditor:
             artifact = ArtifactContext(label=str(path), wheel=whl, build_info=info, policy=policy,
                                        policy_reason=reason, base_policy=self.base, arch=arch, torch=torch,
                                        torch_problem=problem, archs=archs, resolver=resolver,
-                                       extra_exports=self.options.extra_exports)
+                                       extra_exports=self.options.extra_exports, gpu=self.gpu)
             report = ArtifactReport(path=str(path), kind="wheel", target=_target_summary(artifact))
-            members = [(m, Location(member=m), whl.read(m)) for m in whl.libraries()]
             _audit_libraries(artifact, members, opened, report)
             self._wheel_checks(artifact, report)
+            _apply_severity(report, policy)
             return report
         finally:
             if resolver is not None:
@@ -209,7 +239,7 @@ class _Auditor:
                 "cuda-sass", f"the build info says CUDA {artifact.build_info.get('cuda')} with archs "
                 f"{artifact.archs.describe()}, but no library in the wheel carries device code (.nv_fatbin).",
                 "check that the CUDA sources were compiled into the extension (OPKILN_VARIANT=cuda)."))
-        report.checks.append(wheel.check_wheel_tag(artifact))
+        report.checks.extend(wheel.check_wheel_tag(artifact))
         report.checks.append(wheel.check_record(artifact.wheel))
 
     def audit_library(self, path: Path) -> ArtifactReport:
@@ -226,12 +256,13 @@ class _Auditor:
         artifact = ArtifactContext(label=str(path), wheel=None, build_info=None, policy=self.base,
                                    policy_reason="--policy", base_policy=self.base, arch=arch, torch=torch,
                                    torch_problem=problem, archs=self.archs, resolver=resolver,
-                                   extra_exports=self.options.extra_exports)
+                                   extra_exports=self.options.extra_exports, gpu=self.gpu)
         report = ArtifactReport(path=str(path), kind="library", target=_target_summary(artifact))
         try:
             _audit_libraries(artifact, [(str(path), location, path.read_bytes())], opened, report)
         finally:
             resolver.close()
+        _apply_severity(report, self.base)
         return report
 
 

@@ -45,6 +45,38 @@ class ExportRule:
 
 
 @dataclass(frozen=True)
+class BuildPathRule:
+    """What makes an absolute path a build-machine path (see common.json "$build_paths")."""
+
+    source_extensions: frozenset[str]
+    source_files: frozenset[str]
+    build_dirs: tuple[str, ...]
+    roots: tuple[str, ...]
+    dependency_dirs: frozenset[str]
+    toolchain_prefixes: tuple[str, ...]
+
+    def classify(self, path: str) -> str | None:
+        """'source' for a source/build-tree path, 'toolchain' for a toolchain or dependency header,
+        None for anything else (a run-time file such as /proc/self/maps)."""
+        parts = path.strip("/").split("/")
+        if len(parts) < 2:
+            return None
+        name = parts[-1]
+        stem, dot, extension = name.rpartition(".")
+        source_file = (bool(dot) and bool(stem) and extension.lower() in self.source_extensions) or \
+            name in self.source_files
+        build_tree = any(fnmatch.fnmatchcase(p, pattern) for p in parts[:-1] for pattern in self.build_dirs)
+        rooted = any(fnmatch.fnmatchcase(path, pattern + "/*") or fnmatch.fnmatchcase(path, pattern)
+                     for pattern in self.roots)
+        if not (source_file or build_tree or rooted):
+            return None
+        if path.startswith(self.toolchain_prefixes) or not self.dependency_dirs.isdisjoint(parts[:-1]) or (
+                source_file and "include" in parts[:-1] and not build_tree and not rooted):
+            return "toolchain"
+        return "source"
+
+
+@dataclass(frozen=True)
 class Policy:
     name: str
     glibc: tuple[int, int]
@@ -53,9 +85,11 @@ class Policy:
     system_library_dirs: dict[str, tuple[str, ...]]
     interpreter_symbols: tuple[str, ...]
     exports: tuple[ExportRule, ...]
-    build_path_markers: tuple[bytes, ...]
+    build_paths: BuildPathRule
     torch_registration_symbols: tuple[str, ...]
     limits: Limits
+    severity: dict[str, str]  # "check" or "check:finding" -> "error" / "warning"
+    linker_defined_symbols: frozenset[str]
 
     def ceilings(self, arch: str) -> dict[str, VersionCeiling]:
         if arch not in self.symbol_versions:
@@ -68,6 +102,12 @@ class Policy:
             if fnmatch.fnmatchcase(member, rule.library):
                 return rule.symbols
         return None
+
+    def severity_of(self, check_id: str, finding: str) -> str:
+        """A finding's own entry, else its check's, else error."""
+        if finding and f"{check_id}:{finding}" in self.severity:
+            return self.severity[f"{check_id}:{finding}"]
+        return self.severity.get(check_id, "error")
 
     def provided_by_interpreter(self, symbol: str) -> bool:
         return any(fnmatch.fnmatchcase(symbol, pattern) for pattern in self.interpreter_symbols)
@@ -107,6 +147,21 @@ def _read(name: str) -> dict[str, Any]:
 _CACHE: dict[str, Policy] = {}
 
 
+def _severities(table: dict[str, str]) -> dict[str, str]:
+    from .report import CHECK_IDS, SEVERITIES
+
+    result = {}
+    for key, value in table.items():
+        if key.startswith("$"):
+            continue
+        if key.split(":", 1)[0] not in CHECK_IDS:
+            raise ValueError(f"severity: '{key}' names no check (known: {', '.join(CHECK_IDS)})")
+        if value not in SEVERITIES:
+            raise ValueError(f"severity of '{key}': '{value}' is not one of {', '.join(SEVERITIES)}")
+        result[key] = value
+    return result
+
+
 def load_policy(name: str) -> Policy:
     """Load data/audit_policy/<name>.json (with what it extends); AuditInputError when unusable."""
     if name in _CACHE:
@@ -126,9 +181,17 @@ def load_policy(name: str) -> Policy:
             system_library_dirs={k: tuple(v) for k, v in data["system_library_dirs"].items()},
             interpreter_symbols=tuple(data["interpreter_symbols"]),
             exports=tuple(ExportRule(r["library"], tuple(r["symbols"]), r.get("why", "")) for r in data["exports"]),
-            build_path_markers=tuple(m.encode() for m in data["build_path_markers"]),
+            build_paths=BuildPathRule(
+                source_extensions=frozenset(e.lower() for e in data["build_paths"]["source_extensions"]),
+                source_files=frozenset(data["build_paths"]["source_files"]),
+                build_dirs=tuple(data["build_paths"]["build_dirs"]),
+                roots=tuple(data["build_paths"]["roots"]),
+                dependency_dirs=frozenset(data["build_paths"]["dependency_dirs"]),
+                toolchain_prefixes=tuple(data["build_paths"]["toolchain_prefixes"])),
             torch_registration_symbols=tuple(data["torch_registration_symbols"]),
             limits=Limits(**data["limits"]),
+            severity=_severities(data["severity"]),
+            linker_defined_symbols=frozenset(data["linker_defined_symbols"]),
         )
     except (KeyError, TypeError, ValueError, IndexError) as exc:
         raise AuditInputError(f"audit policy '{name}' is malformed: {exc!r}") from exc

@@ -19,6 +19,10 @@ from pathlib import Path
 from .elf import ElfInvalid, ElfLibrary
 from .policy import Policy
 from .target import TorchTarget
+from .torch_abi import RecordedLibrary
+
+# What a resolved location opens as: a real ELF, or a recorded torch library (data/torch_abi).
+Opened = ElfLibrary | RecordedLibrary
 
 SITE = "/site-packages"
 
@@ -29,8 +33,12 @@ class Location:
 
     member: str | None = None
     path: Path | None = None
+    recorded: str | None = None  # a recorded torch library, by its path in site-packages
 
     def describe(self) -> str:
+        if self.recorded is not None:
+            return f"{self.recorded.lstrip('?')} (loaded by torch; symbols not recorded)" \
+                if self.recorded.startswith("?") else f"{self.recorded} (recorded)"
         return f"{self.member} (in the wheel)" if self.member is not None else str(self.path)
 
     @property
@@ -38,6 +46,8 @@ class Location:
         """$ORIGIN: the directory holding the library (wheel members under the virtual /site-packages)."""
         if self.member is not None:
             return posixpath.dirname(posixpath.join(SITE, self.member))
+        if self.recorded is not None:
+            return posixpath.dirname(posixpath.join(SITE, self.recorded))
         assert self.path is not None
         return str(self.path.parent)
 
@@ -46,6 +56,7 @@ class Location:
 class Found:
     location: Location
     via: str  # "RUNPATH $ORIGIN/../torch/lib", "torch lib", "system"
+    preload: bool = False  # found only because the package loads it first (no search path reaches it)
 
 
 def _expand(entry: str, origin: str) -> str | None:
@@ -67,13 +78,13 @@ class Resolver:
         self.torch = torch
         self.policy = policy
         self.arch = arch
-        self._opened: dict[Location, ElfLibrary | None] = {}
+        self._opened: dict[Location, Opened | None] = {}
         self._system_dirs = [Path(d) for d in policy.system_library_dirs.get(arch, ())]
         self._torch_loaded: dict[str, Location] | None = None
 
     def close(self) -> None:
         for location, lib in self._opened.items():
-            if lib is not None and location.path is not None:
+            if isinstance(lib, ElfLibrary) and location.path is not None:
                 lib.close()
         self._opened.clear()
 
@@ -83,7 +94,9 @@ class Resolver:
             member = candidate[len(SITE) + 1:]
             if member in self._members:
                 return Location(member=member)
-            if self.torch is not None:
+            if self.torch is not None and self.torch.recorded is not None:
+                return Location(recorded=member) if member in self.torch.recorded.libraries else None
+            if self.torch is not None and self.torch.site_dir is not None:
                 real = self.torch.site_dir / member
                 return Location(path=real) if real.is_file() else None
             return None
@@ -92,7 +105,7 @@ class Resolver:
         real = Path(candidate)
         return Location(path=real) if real.is_file() else None
 
-    def find(self, name: str, requester: Location, lib: ElfLibrary) -> Found | None:
+    def find(self, name: str, requester: Location, lib: Opened) -> Found | None:
         if "/" in name:
             return None
         found = self._search_paths(name, requester, lib)
@@ -105,11 +118,31 @@ class Resolver:
             for directory in self._system_dirs:
                 if (directory / name).is_file():
                     return Found(Location(path=directory / name), "system library")
+        if requester.member is not None:
+            return self._sibling(name)
         return None
 
-    def _search_paths(self, name: str, requester: Location, lib: ElfLibrary) -> Found | None:
+    def _sibling(self, name: str) -> Found | None:
+        """A library of the same wheel that no search path of the requester reaches: ld.so matches it
+        by name only when it is already loaded (the package dlopens it first, or a sibling that
+        reaches it through its own RUNPATH was loaded earlier)."""
+        matches = sorted(m for m in self._members if posixpath.basename(m) == name)
+        if not matches:
+            return None
+        reached_by = sorted(m for m in self._members if m not in matches and self._reaches(m, name))
+        how = (f"needed by {reached_by[0]}, which finds it through its own search path" if reached_by
+               else "no library of the wheel reaches it through a search path")
+        return Found(Location(member=matches[0]), f"only when preloaded: {how}", preload=True)
+
+    def _reaches(self, member: str, name: str) -> bool:
+        lib = self.open(Location(member=member))
+        if not isinstance(lib, ElfLibrary) or name not in lib.needed:
+            return False
+        return self._search_paths(name, Location(member=member), lib) is not None
+
+    def _search_paths(self, name: str, requester: Location, lib: Opened) -> Found | None:
         """DT_RPATH (without DT_RUNPATH) and DT_RUNPATH, $ORIGIN expanded in the installed layout."""
-        from_wheel = requester.member is not None
+        from_wheel = requester.member is not None or requester.recorded is not None
         runpath = lib.runpath
         search: list[tuple[str, str]] = []
         if runpath is None and lib.rpath:
@@ -131,7 +164,15 @@ class Resolver:
         if self._torch_loaded is not None:
             return self._torch_loaded
         loaded: dict[str, Location] = {}
-        if self.torch is not None:
+        if self.torch is not None and self.torch.recorded is not None:
+            # The record holds torch/lib and the libraries torch loads that were recorded with it.
+            record = self.torch.recorded
+            for member, recorded in record.libraries.items():
+                loaded.setdefault(recorded.name, Location(recorded=member))
+            for name in record.loaded_unrecorded():
+                if name not in self.policy.system_libraries:
+                    loaded.setdefault(name, Location(recorded=f"?{name}"))
+        elif self.torch is not None and self.torch.lib_dir is not None:
             lib_dir = self.torch.lib_dir
             for path in sorted(lib_dir.glob("*.so*")):
                 loaded[path.name] = Location(path=path)
@@ -151,10 +192,16 @@ class Resolver:
         self._torch_loaded = loaded
         return loaded
 
-    def open(self, location: Location) -> ElfLibrary | None:
+    def open(self, location: Location) -> Opened | None:
         if location not in self._opened:
             try:
-                if location.member is not None:
+                if location.recorded is not None:
+                    assert self.torch is not None and self.torch.recorded is not None
+                    record = self.torch.recorded
+                    name = location.recorded
+                    self._opened[location] = record.opaque(name[1:]) if name.startswith("?") \
+                        else record.libraries[name]
+                elif location.member is not None:
                     self._opened[location] = self._open_member(location.member)
                 else:
                     assert location.path is not None
@@ -163,12 +210,12 @@ class Resolver:
                 self._opened[location] = None
         return self._opened[location]
 
-    def scope(self, requester: Location, lib: ElfLibrary) -> Iterator[tuple[str, Location, ElfLibrary]]:
+    def scope(self, requester: Location, lib: Opened) -> Iterator[tuple[str, Location, Opened]]:
         """The libraries ld.so searches for this library's symbols, breadth first: DT_NEEDED, then theirs."""
         seen: set[Location] = {requester}
-        queue: list[tuple[Location, ElfLibrary]] = [(requester, lib)]
+        queue: list[tuple[Location, Opened]] = [(requester, lib)]
         while queue:
-            next_queue: list[tuple[Location, ElfLibrary]] = []
+            next_queue: list[tuple[Location, Opened]] = []
             for loc, current in queue:
                 for name in current.needed:
                     found = self.find(name, loc, current)

@@ -6,12 +6,15 @@ its own dist-info WHEEL file.
 
 from __future__ import annotations
 
+import os
 import re
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import AuditInputError
+from .torch_abi import RecordedTorch, load_recorded, recorded_versions
 
 REPO = Path(__file__).resolve().parents[3]
 _VERSION_RE = re.compile(r"""^__version__\s*=\s*['"]([^'"]+)['"]""", re.MULTILINE)
@@ -21,12 +24,19 @@ _TORCH_REQ_RE = re.compile(r"^torch\s*(?:\((?P<paren>[^)]*)\)|(?P<bare>[^;]*))",
 @dataclass(frozen=True)
 class TorchTarget:
     version: str  # 2.13.0+cpu
-    lib_dir: Path  # .../site-packages/torch/lib
+    lib_dir: Path | None  # .../site-packages/torch/lib; None for a recorded torch
     source: str  # how it was chosen, for the report
+    recorded: RecordedTorch | None = None  # data/torch_abi's record, when torch is not installed here
 
     @property
-    def site_dir(self) -> Path:
-        return self.lib_dir.parent.parent
+    def site_dir(self) -> Path | None:
+        return self.lib_dir.parent.parent if self.lib_dir is not None else None
+
+    def describe(self) -> str:
+        if self.recorded is not None:
+            return (f"{self.version} as recorded in {self.recorded.data_file.parent.name}/"
+                    f"{self.recorded.data_file.name} ({self.source}; not installed here)")
+        return f"{self.version} at {self.lib_dir} ({self.source})"
 
     @property
     def public_version(self) -> str:
@@ -34,6 +44,10 @@ class TorchTarget:
 
     def platform_tags(self) -> list[str]:
         """Platform tags of torch's own wheel (its manylinux floor), from its dist-info WHEEL."""
+        if self.recorded is not None:
+            return list(self.recorded.platform_tags)
+        if self.site_dir is None:
+            return []
         for wheel_file in sorted(self.site_dir.glob("torch-*.dist-info/WHEEL")):
             tags = re.findall(r"^Tag:\s*\S+?-\S+?-(\S+)\s*$", wheel_file.read_text(errors="replace"), re.MULTILINE)
             return [t for tag in tags for t in tag.split(".")]
@@ -59,11 +73,15 @@ def from_torch_lib(lib_dir: Path) -> TorchTarget:
     return TorchTarget(torch_version_at(lib_dir) or "unknown", lib_dir, "--torch-lib")
 
 
+SEARCH_ENV = "OPKILN_AUDIT_TORCH_SEARCH"  # "interpreter": only this interpreter's torch (as in the release job)
+
+
 def candidate_lib_dirs() -> list[Path]:
     """torch/lib of the running interpreter, then of the repo's venvs (.venv, .venvs/*)."""
     roots = [Path(p) for p in sys.path if p.endswith("site-packages")]
-    roots += sorted(REPO.glob(".venv/lib/python*/site-packages"))
-    roots += sorted(REPO.glob(".venvs/*/lib/python*/site-packages"))
+    if os.environ.get(SEARCH_ENV) != "interpreter":
+        roots += sorted(REPO.glob(".venv/lib/python*/site-packages"))
+        roots += sorted(REPO.glob(".venvs/*/lib/python*/site-packages"))
     seen: list[Path] = []
     for root in roots:
         lib = (root / "torch" / "lib").resolve() if (root / "torch" / "lib").is_dir() else None
@@ -87,18 +105,61 @@ def torch_requirement(requires_dist: list[str]) -> str | None:
     return None
 
 
-def find_torch(build_info_version: str | None, requirement: str | None) -> tuple[TorchTarget | None, str]:
-    """The installed torch matching the build info's exact version, else the wheel's torch pin.
+def _recorded(version: str, source: str) -> TorchTarget | None:
+    record = load_recorded(version)
+    return TorchTarget(version, None, source, record) if record is not None else None
 
-    Returns (target or None, an explanation of what was looked for).
+
+def _variant_rank(version: str, prefer_cuda: bool | None, local_hint: str | None) -> tuple[int, int]:
+    local = version.partition("+")[2]
+    hinted = 1 if local_hint and local and local in local_hint else 0
+    cuda = local.startswith("cu") or local == ""  # PyPI's default torch is a CUDA build
+    return hinted, 1 if prefer_cuda is None or cuda == prefer_cuda else 0
+
+
+def _recorded_for_spec(spec: object, prefer_cuda: bool | None, local_hint: str | None,
+                       source: str) -> TorchTarget | None:
+    from packaging.version import InvalidVersion, Version
+
+    matching = []
+    for version in recorded_versions():
+        try:
+            parsed = Version(version)
+        except InvalidVersion:
+            continue
+        if spec.contains(parsed.public, prereleases=True):  # type: ignore[attr-defined]
+            matching.append(((parsed.release, *_variant_rank(version, prefer_cuda, local_hint)), version))
+    if not matching:
+        return None
+    return _recorded(max(matching)[1], source)
+
+
+def recorded_summary() -> str:
+    return ", ".join(recorded_versions()) or "none"
+
+
+def find_torch(build_info_version: str | None, requirement: str | None, *,
+               prefer_cuda: Callable[[], bool] | None = None,
+               local_hint: str | None = None,
+               source: str = "build info torch_version") -> tuple[TorchTarget | None, str]:
+    """The installed torch matching the build info's exact version, else the wheel's torch pin; when
+    none is installed, the recorded ABI of that torch (data/torch_abi).
+
+    prefer_cuda / local_hint choose among recorded variants of one release (a wheel that needs
+    libtorch_cuda.so, a wheel whose local version names cu130). Returns (target or None, an
+    explanation of what was looked for).
     """
     candidates = [(lib, torch_version_at(lib)) for lib in candidate_lib_dirs()]
     found = ", ".join(f"{v} ({lib})" for lib, v in candidates) or "none"
     if build_info_version:
         for lib, version in candidates:
             if version == build_info_version:
-                return TorchTarget(version, lib, "build info torch_version"), ""
-        return None, f"torch {build_info_version} (from the build info); installed here: {found}"
+                return TorchTarget(version, lib, source), ""
+        recorded = _recorded(build_info_version, source)
+        if recorded is not None:
+            return recorded, ""
+        return None, (f"torch {build_info_version} ({source}) is neither installed here ({found}) nor "
+                      f"recorded in data/torch_abi (recorded: {recorded_summary()})")
     if requirement is not None:  # "" (a bare `torch`) allows any version
         from packaging.specifiers import InvalidSpecifier, SpecifierSet
         from packaging.version import InvalidVersion, Version
@@ -117,5 +178,10 @@ def find_torch(build_info_version: str | None, requirement: str | None) -> tuple
         if matching:
             _, lib, version = max(matching, key=lambda m: m[0])
             return TorchTarget(version, lib, f"METADATA requires torch{requirement}"), ""
-        return None, f"torch{requirement} (from METADATA); installed here: {found}"
+        recorded = _recorded_for_spec(spec, prefer_cuda() if prefer_cuda is not None else None, local_hint,
+                                      f"METADATA requires torch{requirement}")
+        if recorded is not None:
+            return recorded, ""
+        return None, (f"torch{requirement} (from METADATA) is neither installed here ({found}) nor recorded in "
+                      f"data/torch_abi (recorded: {recorded_summary()})")
     return None, "no --torch-lib, no build info and no torch requirement"

@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-HELP = "audit wheels and .so files (ELF hardening, symbols, policy, CUDA archs, RECORD); exit 1 on failure"
+HELP = "audit wheels and .so files (ELF hardening, symbols, policy, CUDA archs, RECORD); exit 1 on errors"
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -16,18 +16,28 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--torch-lib", type=Path, default=None, metavar="DIR",
                         help="the target torch's lib directory (default: the torch the wheel's build info or "
                         "torch requirement names, found in this interpreter or the repo's venvs)")
+    parser.add_argument("--torch", default=None, metavar="VERSION", dest="torch_version",
+                        help="audit against this torch (e.g. 2.14.1+cu130): installed here, or recorded in "
+                        "data/torch_abi; for wheels that name no torch")
     parser.add_argument("--cuda-archs", default=None, metavar="LIST",
                         help='requested CUDA archs, TORCH_CUDA_ARCH_LIST syntax, e.g. "8.0;9.0a;12.0+PTX" '
                         "(default: the build info's)")
     parser.add_argument("--policy", default="manylinux_2_28", metavar="NAME",
-                        help="data/audit_policy/NAME.json for artifacts without a manylinux tag (default: "
-                        "%(default)s)")
+                        help="data/audit_policy/NAME.json: symbol-version ceilings for artifacts without a "
+                        "manylinux tag (default: %(default)s); never the wheel-tag floor, which comes from the "
+                        "target torch's own wheel (unknown without one)")
+    parser.add_argument("--gpu", default=None, metavar="sm_XY",
+                        help="say whether a GPU of this compute capability can run each library's device code "
+                        "(SASS for it, or PTX at or below it for the driver to JIT)")
+    parser.add_argument("--verbose", action="store_true", help="list every passed check instead of one line per "
+                        "library")
 
 
 def execute(args: argparse.Namespace) -> int:
     from kiln_tool.audit import AuditInputError, AuditOptions, audit_paths
 
-    options = AuditOptions(torch_lib=args.torch_lib, cuda_archs=args.cuda_archs, policy=args.policy)
+    options = AuditOptions(torch_lib=args.torch_lib, cuda_archs=args.cuda_archs, policy=args.policy, gpu=args.gpu,
+                           torch_version=args.torch_version)
     try:
         report = audit_paths(list(args.paths), options)
     except AuditInputError as exc:
@@ -38,5 +48,5 @@ def execute(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report.to_json(), indent=2))
     else:
-        sys.stdout.write(report.render_text())
+        sys.stdout.write(report.render_text(verbose=args.verbose))
     return 0 if report.ok else 1

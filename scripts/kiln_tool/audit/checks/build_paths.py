@@ -1,52 +1,45 @@
-"""build-paths: no path of the build machine inside the binary (strings, debug info, fatbin)."""
+"""build-paths: no path of the build machine inside the binary (strings, debug info, fatbin).
+
+Every absolute path of two or more components is a candidate; the policy's rule
+(BuildPathRule.classify, data in common.json "build_paths") says whether it names a source or
+build tree (an error), a toolchain or dependency header (finding "toolchain"), or neither (a
+run-time file such as /proc/self/maps). Machine code is not searched for strings.
+"""
 
 from __future__ import annotations
 
 import bisect
+import fnmatch
 import re
-from functools import cache
 
 from .. import fatbin
 from ..context import LibraryContext
+from ..policy import BuildPathRule
 from ..report import CheckResult, failed, passed
 
-# Bytes that may be part of a path; a marker preceded by one of them is inside a relative path.
+# Bytes that may be part of a path; a "/" preceded by one of them is inside a relative path.
 _PATH_BYTES = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-+~/@")
+_ABSOLUTE_PATH = re.compile(rb"/[A-Za-z0-9._+~@-]+(?:/[A-Za-z0-9._+~@-]+)+")
+_CODE_SECTIONS = frozenset({".text", ".plt", ".plt.got", ".plt.sec", ".init", ".fini"})
 _MAX_SHOWN = 4
 
 
-def _string_at(data: bytes, start: int) -> str:
-    end = start
-    limit = min(len(data), start + 200)
-    while end < limit and 0x20 <= data[end] < 0x7F:
-        end += 1
-    return data[start:end].decode("ascii", errors="replace")
+def find_build_paths(data: bytes, rule: BuildPathRule) -> list[tuple[int, str, str]]:
+    """(offset, path, 'source' or 'toolchain') of every build-machine path in `data`."""
+    hits: list[tuple[int, str, str]] = []
+    for match in _ABSOLUTE_PATH.finditer(data):
+        start = match.start()
+        if start and data[start - 1] in _PATH_BYTES:
+            continue
+        path = match.group().decode("ascii")
+        kind = rule.classify(path)
+        if kind is not None:
+            hits.append((start, path, kind))
+    return hits
 
 
-_COMPONENT = rb"[A-Za-z0-9._+~@-]+/"
-
-
-@cache
-def _pattern(markers: tuple[bytes, ...]) -> re.Pattern[bytes]:
-    # One alternation: the regex engine scans 100 MB in tens of milliseconds, a find() per marker
-    # takes ten times longer. "/tmp/*/" stands for /tmp/<dir>/.
-    parts = [re.escape(m[:-2]) + _COMPONENT if m.endswith(b"*/") else re.escape(m)
-             for m in sorted(markers, key=len, reverse=True)]
-    return re.compile(b"|".join(parts))
-
-
-def find_build_paths(data: bytes, markers: tuple[bytes, ...]) -> list[tuple[int, str]]:
-    """(offset, path) of every marker that starts an absolute path followed by more path."""
-    hits: dict[int, str] = {}
-    for match in _pattern(markers).finditer(data):
-        start, after = match.start(), match.end()
-        if (start == 0 or data[start - 1] not in _PATH_BYTES) and after < len(data) and data[after] in _PATH_BYTES:
-            hits.setdefault(start, _string_at(data, start))
-    return sorted(hits.items())
-
-
-def check_build_paths(ctx: LibraryContext) -> CheckResult:
-    markers = ctx.artifact.resolver.policy.build_path_markers
+def check_build_paths(ctx: LibraryContext) -> list[CheckResult]:
+    rule = ctx.artifact.resolver.policy.build_paths
     sections = sorted(ctx.lib.allocated_sections(), key=lambda s: s[1])
     starts = [s[1] for s in sections]
 
@@ -54,26 +47,44 @@ def check_build_paths(ctx: LibraryContext) -> CheckResult:
         i = bisect.bisect_right(starts, offset) - 1
         if i >= 0 and offset < sections[i][1] + sections[i][2]:
             return sections[i][0] or "?"
-        return "headers"
+        return "non-allocated data"
 
-    found: dict[str, set[str]] = {}
-    for offset, path in find_build_paths(ctx.data, markers):
-        found.setdefault(path, set()).add(section_at(offset))
+    found: dict[str, dict[str, set[str]]] = {"source": {}, "toolchain": {}}
+    for offset, path, kind in find_build_paths(ctx.data, rule):
+        where = section_at(offset)
+        if where not in _CODE_SECTIONS:
+            found[kind].setdefault(path, set()).add(where)
     fatbin_data = ctx.lib.section_data(".nv_fatbin")
     if fatbin_data:
         try:
             for entry in fatbin.iter_entries(fatbin_data):
                 if entry.compressed:
-                    payload = fatbin.payload(fatbin_data, entry)
-                    for _, path in find_build_paths(payload, markers):
-                        found.setdefault(path, set()).add(f".nv_fatbin {entry.name}")
+                    for _, path, kind in find_build_paths(fatbin.payload(fatbin_data, entry), rule):
+                        found[kind].setdefault(path, set()).add(f".nv_fatbin {entry.name}")
         except fatbin.FatbinError:
             pass  # cuda-sass reports a malformed fatbin
-    if found:
-        shown = "; ".join(f"'{p}' in {', '.join(sorted(s))}" for p, s in list(found.items())[:_MAX_SHOWN])
-        more = f" and {len(found) - _MAX_SHOWN} more" if len(found) > _MAX_SHOWN else ""
-        return failed("build-paths", f"{ctx.member} embeds {len(found)} build-machine path(s): {shown}{more}.",
-                      "map paths out at compile time (-ffile-prefix-map=<src>=<name>, for nvcc via -Xcompiler), "
-                      "build without -g/-lineinfo for release or strip debug info, keep RPATHs $ORIGIN-relative, "
-                      "and avoid __FILE__ in messages.")
-    return passed("build-paths", "no build-machine paths")
+    results = []
+    fix = ("map paths out at compile time (-ffile-prefix-map=<src>=<name>, for nvcc via -Xcompiler), build "
+           "without -g/-lineinfo for release or strip debug info, and avoid __FILE__ in messages.")
+    vendored = fnmatch.fnmatchcase(ctx.member, "*.libs/*")
+    if found["source"] and vendored:
+        results.append(failed("build-paths", f"{ctx.member}, a third-party library auditwheel grafted into the "
+                              f"wheel, embeds {_describe(found['source'])} of its builder's machine.",
+                              "nothing in this project's build: it comes with the vendored library (rebuild it "
+                              "with -ffile-prefix-map, or take a stripped build).", "vendored"))
+    elif found["source"]:
+        results.append(failed("build-paths", f"{ctx.member} embeds {_describe(found['source'])} of the build "
+                              "machine's source or build tree.", fix))
+    if found["toolchain"]:
+        results.append(failed("build-paths", f"{ctx.member} embeds {_describe(found['toolchain'])} of the build "
+                              "machine's toolchain or dependency headers (their macros' __FILE__).",
+                              "-ffile-prefix-map for the toolchain and dependency include directories too "
+                              "(e.g. -ffile-prefix-map=$(python -c 'import torch,os;print(os.path.dirname("
+                              "torch.__file__))')=torch).", "toolchain"))
+    return results or [passed("build-paths", "no build-machine paths")]
+
+
+def _describe(paths: dict[str, set[str]]) -> str:
+    shown = "; ".join(f"'{p}' in {', '.join(sorted(s))}" for p, s in list(paths.items())[:_MAX_SHOWN])
+    more = f" and {len(paths) - _MAX_SHOWN} more" if len(paths) > _MAX_SHOWN else ""
+    return f"{len(paths)} path(s) ({shown}{more})"

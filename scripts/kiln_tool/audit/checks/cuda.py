@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .. import fatbin
+from ..archs import why_not_covering
 from ..context import LibraryContext
 from ..report import CheckResult, failed, passed
 
@@ -32,11 +33,19 @@ def check_cuda(ctx: LibraryContext, data: bytes) -> tuple[list[CheckResult], fat
         results.append(passed("cuda-sass", f"SASS for every requested arch; found {found.describe()}"))
     missing_ptx = [a for a in request.ptx if a not in found.ptx]
     if missing_ptx:
+        reasons = []
+        for wanted in missing_ptx:
+            others = [why_not_covering(f, wanted) for f in found.ptx]
+            reasons.append(f"{wanted.compute} (asked by {wanted}+PTX)" + (f": {'; '.join(others)}" if others else
+                                                                          ": the library has no PTX at all"))
         results.append(failed(
-            "cuda-ptx", f"{ctx.member} lacks PTX for {', '.join(a.compute for a in missing_ptx)}: requested "
-            f"{request.describe()}; found {found.describe()}. GPUs newer than the newest SASS cannot run it.",
-            "emit PTX for the newest arch (TORCH_CUDA_ARCH_LIST '...;12.0+PTX', CMake '120' instead of "
-            "'120-real', nvcc -gencode arch=compute_120,code=compute_120)."))
-    else:
+            "cuda-ptx", f"{ctx.member} lacks PTX {'; '.join(reasons)}. Requested {request.describe()}; found "
+            f"{found.describe()}. GPUs newer than the newest SASS cannot run it.",
+            "emit PTX for the archs marked +PTX (CMake '120' instead of '120-real', nvcc -gencode "
+            "arch=compute_120,code=compute_120)."))
+    elif request.ptx:
         results.append(passed("cuda-ptx", f"PTX for {', '.join(a.compute for a in request.ptx)}"))
+    else:
+        results.append(passed("cuda-ptx", f"no PTX requested (no +PTX in {request.source}); found "
+                              f"{', '.join(a.compute for a in found.ptx) or 'none'}"))
     return results, found

@@ -13,10 +13,13 @@ _EXPORTED_VISIBILITY = {"STV_DEFAULT", "STV_PROTECTED"}
 
 
 def exported_symbols(ctx: LibraryContext) -> list[DynSymbol]:
+    """Exports the library's code chose: not version nodes, not the linker's own boundary symbols."""
     version_names = set(ctx.lib.version_definitions.values())
+    linker_defined = ctx.artifact.resolver.policy.linker_defined_symbols
     return [s for s in ctx.lib.dynamic_symbols
             if s.defined and s.bind in _EXPORTED_BINDS and s.visibility in _EXPORTED_VISIBILITY
-            and s.type not in ("STT_SECTION", "STT_FILE") and s.name not in version_names]
+            and s.type not in ("STT_SECTION", "STT_FILE") and s.name not in version_names
+            and s.name not in linker_defined]
 
 
 def _sample(names: list[str], n: int = 6) -> str:
@@ -32,7 +35,8 @@ def check_exports(ctx: LibraryContext) -> CheckResult:
         extra = [n for n in exported if n != init]
         problems = []
         if init not in exported:
-            problems.append(f"does not export {init}, so `import` fails")
+            problems.append(f"does not export {init} (and registers no torch operators, so it is no "
+                            "torch.ops.load_library op library either), so `import` fails")
         if extra:
             problems.append(f"exports {len(extra)} symbol(s) besides {init}: {_sample(extra)}")
         if problems:
@@ -45,7 +49,8 @@ def check_exports(ctx: LibraryContext) -> CheckResult:
     patterns = tuple(allowed or ()) + ctx.artifact.extra_exports
     extra = [n for n in exported if not any(fnmatch.fnmatchcase(n, p) for p in patterns)]
     if extra:
-        return failed("exports", f"library {ctx.member} exports {len(extra)} symbol(s) no allowlist covers: "
+        kind = "op library (torch.ops.load_library)" if ctx.op_library else "library"
+        return failed("exports", f"{kind} {ctx.member} exports {len(extra)} symbol(s) no allowlist covers: "
                       f"{_sample(extra)}. Exported symbols collide with other libraries loaded into the process.",
                       "hide them (-fvisibility=hidden, a version script, -Wl,--exclude-libs,ALL), or list the "
                       "library's public API in the policy's \"exports\" (data/audit_policy/common.json).")

@@ -10,9 +10,44 @@ from ..report import CheckResult, failed, passed
 
 _CRT_INIT_ENTRIES = 1
 _TORCH_NEEDED = re.compile(r"^lib(torch|torch_cpu|c10)\.so$")
-# Static functions TORCH_LIBRARY / STABLE_TORCH_LIBRARY expand to (in .symtab when not stripped).
-_DEF_INIT = re.compile(
-    r"^(?:_ZL\d+)?(?:STABLE_)?TORCH_LIBRARY_init_([A-Za-z_][A-Za-z0-9_]*?)(?:RN5torch7LibraryE.*|PF.*)?$")
+# What the registration macros expand to (in .symtab when not stripped): TORCH_LIBRARY(ns, m) ->
+# a function TORCH_LIBRARY_init_ns and an object TORCH_LIBRARY_static_init_ns;
+# TORCH_LIBRARY_FRAGMENT(ns, m) -> ..._FRAGMENT_init_ns_<C10_UID>; the same with STABLE_ for the
+# stable ABI. Mangled, the identifier carries its length: _ZL<n><identifier><parameter types> for
+# a static at file scope, _ZN<...>L<n><identifier>E<parameters> inside a C++ namespace.
+_LENGTH_PREFIXED = re.compile(r"(?<![0-9])([0-9]+)(?=(?:STABLE_)?TORCH_LIBRARY)")
+_INIT_IDENTIFIER = re.compile(
+    r"^(?P<kind>(?:STABLE_)?TORCH_LIBRARY(?:_FRAGMENT)?)_(?:static_)?init_(?P<ns>[A-Za-z_][A-Za-z0-9_]*)$")
+
+
+def _identifiers(name: str) -> list[str]:
+    if not name.startswith("_Z"):
+        return [name]  # unmangled (a C-linkage build of the macro)
+    found = []
+    for match in _LENGTH_PREFIXED.finditer(name):
+        length = int(match[1])
+        identifier = name[match.end():match.end() + length]
+        if len(identifier) == length:
+            found.append(identifier)
+    return found
+
+
+def parse_init_symbol(name: str) -> tuple[str, str] | None:
+    """(macro, namespace) of a registration init function's or object's symbol, e.g.
+    ('STABLE_TORCH_LIBRARY', 'torchaudio') for _ZL36STABLE_TORCH_LIBRARY_init_torchaudioRN5torch6stable...;
+    None for anything else (TORCH_LIBRARY_IMPL blocks register kernels, not namespaces)."""
+    name = name.split(".", 1)[0]  # .cold / .constprop.0 clones
+    for identifier in _identifiers(name):
+        found = _INIT_IDENTIFIER.match(identifier)
+        if found is None:
+            continue
+        kind, namespace = found["kind"], found["ns"]
+        if kind.endswith("_FRAGMENT"):
+            namespace, _, uid = namespace.rpartition("_")
+            if not namespace or not uid.isdigit():
+                continue
+        return kind, namespace
+    return None
 
 
 def registration_refs(ctx: LibraryContext) -> list[str]:
@@ -20,25 +55,35 @@ def registration_refs(ctx: LibraryContext) -> list[str]:
     return [s.name for s in ctx.lib.dynamic_symbols if not s.defined and policy.is_registration_symbol(s.name)]
 
 
-def defined_namespaces(ctx: LibraryContext) -> set[str]:
-    """Op namespaces this library defines with TORCH_LIBRARY (not _IMPL).
-
-    Unstripped: from the TORCH_LIBRARY_init_<ns> functions. Stripped: from the build info's op
-    list: the library calls the registration API and holds the schema string "<op>(" that m.def
-    takes (the namespace string itself is often folded into immediate stores by the compiler).
-    """
-    namespaces: set[str] = set()
+def init_namespaces(ctx: LibraryContext) -> dict[str, set[str]]:
+    """Macro (TORCH_LIBRARY, ..._FRAGMENT, STABLE_...) -> the namespaces its init functions name."""
+    found: dict[str, set[str]] = {}
     if not registration_refs(ctx):
-        return namespaces
+        return found
     try:
         static_names = ctx.lib.static_symbol_names()
     except CORRUPT_ELF_ERRORS:
         static_names = []  # a damaged .symtab: fall back to the build info, as for stripped libraries
     for name in static_names:
-        match = _DEF_INIT.match(name)
-        if match:
-            namespaces.add(match[1])
-    if namespaces:
+        parsed = parse_init_symbol(name)
+        if parsed is not None:
+            found.setdefault(parsed[0], set()).add(parsed[1])
+    return found
+
+
+def defined_namespaces(ctx: LibraryContext) -> set[str]:
+    """Op namespaces this library defines with TORCH_LIBRARY or STABLE_TORCH_LIBRARY (not _IMPL, not
+    _FRAGMENT: fragments of one namespace may live in many libraries).
+
+    Unstripped: from the init functions. Stripped: from the build info's op list: the library calls
+    the registration API and holds the schema string "<op>(" that m.def takes (the namespace string
+    itself is often folded into immediate stores by the compiler).
+    """
+    if not registration_refs(ctx):
+        return set()
+    inits = init_namespaces(ctx)
+    namespaces = inits.get("TORCH_LIBRARY", set()) | inits.get("STABLE_TORCH_LIBRARY", set())
+    if inits:
         return namespaces
     info = ctx.artifact.build_info or {}
     for op in info.get("ops", []) if isinstance(info.get("ops"), list) else []:
@@ -62,7 +107,10 @@ def check_library(ctx: LibraryContext) -> CheckResult | None:
                       "blocks never run, so its ops never appear.",
                       "keep the static initializers: do not link the registration objects into a static archive that "
                       "drops them, and do not build with -nostartfiles or a linker script that discards .init_array.")
-    return passed("registration", f"registration initializers present ({len(refs)} registration call(s))")
+    inits = init_namespaces(ctx)
+    named = "; ".join(f"{kind} {', '.join(sorted(ns))}" for kind, ns in sorted(inits.items()))
+    return passed("registration", f"registration initializers present ({len(refs)} registration call(s)"
+                  + (f"; {named})" if named else ")"))
 
 
 def check_wheel(artifact: ArtifactContext) -> CheckResult | None:

@@ -5,10 +5,11 @@ from __future__ import annotations
 import re
 
 from ..context import LibraryContext
-from ..elf import DynSymbol, ElfLibrary
+from ..elf import DynSymbol
 from ..policy import parse_version
 from ..report import CheckResult, failed, passed
-from ..resolve import Location
+from ..resolve import Location, Opened
+from ..torch_abi import RecordedLibrary
 
 _TORCH_LIBS = re.compile(r"^lib(torch|c10|caffe2|shm)[a-z0-9_]*\.so")
 _VERSION_RE = re.compile(r"^([A-Z]+)_(.+)$")
@@ -20,7 +21,9 @@ def _sample(items: list[str]) -> str:
     return ", ".join(items[:_MAX_SHOWN]) + (f" and {len(items) - _MAX_SHOWN} more" if len(items) > _MAX_SHOWN else "")
 
 
-def _provides(lib: ElfLibrary, symbol: DynSymbol) -> bool:
+def _provides(lib: Opened, symbol: DynSymbol) -> bool:
+    if isinstance(lib, RecordedLibrary):
+        return lib.exports(symbol.name, symbol.version)
     for definition in lib.definitions(symbol.name):
         if symbol.version is None:
             if not definition.version_hidden:
@@ -34,32 +37,62 @@ def _torch_hint(ctx: LibraryContext) -> str:
     torch = ctx.artifact.torch
     if torch is None:
         return f" No target torch was found ({ctx.artifact.torch_problem})."
-    return f" Target torch: {torch.version} at {torch.lib_dir}."
+    return f" Target torch: {torch.describe()}."
 
 
-def check_undefined_symbols(ctx: LibraryContext) -> CheckResult:
+def check_undefined_symbols(ctx: LibraryContext) -> list[CheckResult]:
+    """The main result, plus a 'preload' warning for libraries of the wheel that resolve only when
+    the package loads them first, and a 'target-unknown' error when the torch to check against is
+    neither installed nor recorded."""
     lib = ctx.lib
     resolver = ctx.artifact.resolver
     problems: list[str] = []
     missing_libs: list[str] = []
     resolved: list[str] = []
-    direct: list[ElfLibrary] = []
+    preloaded: list[str] = []
+    direct: list[Opened] = []
+    extra: list[CheckResult] = []
     for name in lib.needed:
         found = resolver.find(name, ctx.location, lib)
         if found is None:
             missing_libs.append(name)
             continue
+        if found.preload:
+            preloaded.append(f"{name} ({found.location.describe()}; {found.via})")
         resolved.append(f"{name} from {found.location.describe()} ({found.via})")
         dep = resolver.open(found.location)
         if dep is not None:
             direct.append(dep)
+    if preloaded:
+        extra.append(failed(
+            "undefined-symbols", f"{ctx.member} needs {', '.join(preloaded)}: no RUNPATH/RPATH of it reaches "
+            "the library, so ld.so finds it only if the package has loaded it before (import order, "
+            "ctypes.CDLL or torch.ops.load_library of it first); loading this library on its own fails.",
+            "add an $ORIGIN-relative RUNPATH to the directory of the needed library (CMake INSTALL_RPATH, "
+            "patchelf --set-rpath), so it loads in any order.", "preload"))
+    torch_missing = [n for n in missing_libs if _TORCH_LIBS.match(n)]
+    if ctx.artifact.torch is None and torch_missing:
+        extra.append(failed(
+            "undefined-symbols", f"{ctx.member} needs {', '.join(torch_missing)} of the target torch, which is "
+            f"neither installed here nor recorded: {ctx.artifact.torch_problem}. Its torch symbols, symbol "
+            "versions and C++ ABI were not checked.",
+            "audit where that torch is installed (--torch-lib DIR), or record it: `scripts/kiln torch-abi "
+            "<torch wheel>` (pip download --no-deps torch==X) and commit data/torch_abi/.", "target-unknown"))
+        missing_libs = [n for n in missing_libs if n not in torch_missing]
+        if missing_libs:
+            problems.append(f"needed libraries not found in the installed layout: {_sample(missing_libs)}")
+        result = failed("undefined-symbols", f"{ctx.member}: " + "; ".join(problems) + ".",
+                        "link every library whose symbols you use with $ORIGIN-relative RUNPATHs.") if problems \
+            else passed("undefined-symbols", "non-torch libraries resolved; symbols not checked without the "
+                        "target torch")
+        return [result, *extra]
     if missing_libs:
         problems.append(f"needed libraries not found in the installed layout: {_sample(missing_libs)}")
     stray = sorted(set(lib.version_needs) - set(lib.needed))
     if stray:
         problems.append(f"version needs name libraries missing from DT_NEEDED: {', '.join(stray)}")
 
-    scope: list[tuple[str, Location, ElfLibrary]] | None = None
+    scope: list[tuple[str, Location, Opened]] | None = None
     unresolved: list[str] = []
     indirect: list[str] = []
     for symbol in lib.dynamic_symbols:
@@ -70,7 +103,9 @@ def check_undefined_symbols(ctx: LibraryContext) -> CheckResult:
         if any(_provides(dep, symbol) for dep in direct):
             continue
         if scope is None:
-            scope = list(resolver.scope(ctx.location, lib))
+            # A library torch loads whose symbols were not recorded cannot vouch for anything here.
+            scope = [entry for entry in resolver.scope(ctx.location, lib)
+                     if not (isinstance(entry[2], RecordedLibrary) and entry[2].opaque)]
         provider = next((name for name, _, dep in scope if _provides(dep, symbol)), None)
         if provider is None:
             unresolved.append(symbol.display())
@@ -89,11 +124,15 @@ def check_undefined_symbols(ctx: LibraryContext) -> CheckResult:
         torch_related = any(_TORCH_LIBS.match(n) for n in missing_libs) or any(
             s.startswith(("_ZN3c10", "_ZNK3c10", "_ZN2at", "_ZNK2at", "_ZN5torch", "_ZNK5torch")) for s in unresolved)
         hint = _torch_hint(ctx) if torch_related else ""
-        return failed("undefined-symbols", f"{ctx.member}: " + "; ".join(problems) + "." + hint,
-                      "link every library whose symbols you use (and nothing else) with $ORIGIN-relative RUNPATHs; "
-                      "build against exactly the torch the wheel pins (a symbol missing from it means another torch "
-                      "version's headers); pass --torch-lib DIR to audit against another torch.")
-    return passed("undefined-symbols", f"every symbol resolved; needed: {'; '.join(resolved) or 'none'}")
+        return [failed("undefined-symbols", f"{ctx.member}: " + "; ".join(problems) + "." + hint,
+                       "link every library whose symbols you use (and nothing else) with $ORIGIN-relative RUNPATHs; "
+                       "build against exactly the torch the wheel pins (a symbol missing from it means another "
+                       "torch version's headers); pass --torch-lib DIR to audit against another torch."), *extra]
+    unchecked = [d.name for d in direct if isinstance(d, RecordedLibrary) and d.opaque]
+    note = (f" (symbols of {', '.join(unchecked)} are not recorded: those it would provide were not checked)"
+            if unchecked else "")
+    return [passed("undefined-symbols", f"every symbol resolved{note}; needed: {'; '.join(resolved) or 'none'}"),
+            *extra]
 
 
 def check_symbol_versions(ctx: LibraryContext) -> CheckResult:

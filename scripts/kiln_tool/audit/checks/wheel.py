@@ -34,7 +34,7 @@ def _cudart_majors(artifact: ArtifactContext) -> set[int]:
     return majors
 
 
-def check_wheel_tag(artifact: ArtifactContext) -> CheckResult:
+def check_wheel_tag(artifact: ArtifactContext) -> list[CheckResult]:
     wheel = artifact.wheel
     assert wheel is not None
     problems: list[str] = []
@@ -48,6 +48,8 @@ def check_wheel_tag(artifact: ArtifactContext) -> CheckResult:
 
     # Python/ABI tags against the extension suffixes.
     for lib in artifact.libraries:
+        if lib.extension_module is None:
+            continue  # an op library (torch.ops.load_library) is loaded by path: its suffix binds nothing
         match = _CPYTHON_SUFFIX.search(lib.member)
         if match:
             tag = f"cp{match[1]}{match[2]}"
@@ -108,15 +110,22 @@ def check_wheel_tag(artifact: ArtifactContext) -> CheckResult:
             problems += _pin_problems(requirement, build_torch, str(info.get("abi_mode", "torch")),
                                       str(info["torch_min"]) if info.get("torch_min") else None)
 
-    # The platform floor.
-    floor_source = "the policy asked for"
-    floor = glibc_of_policy_name(artifact.base_policy.name)
+    # The platform floor: torch's own wheel's manylinux tag. Without a target torch it is unknown
+    # (the --policy default says nothing about torch).
+    floor: tuple[int, int] | None = None
+    floor_source = ""
+    floor_unknown = ""
+    below: list[str] = []
     if artifact.torch is not None:
         torch_floors = [manylinux_policy_of_tag(t) for t in artifact.torch.platform_tags()]
         glibcs = [glibc_of_policy_name(p[0]) for p in torch_floors if p]
         if glibcs and all(glibcs):
             floor = min(g for g in glibcs if g)
             floor_source = f"torch {artifact.torch.version}'s own wheel"
+        else:
+            floor_unknown = f"torch {artifact.torch.version}'s own platform tags are unknown"
+    else:
+        floor_unknown = f"no target torch ({artifact.torch_problem})"
     for tag in wheel.name.platform_tags:
         claim = manylinux_policy_of_tag(tag)
         if claim is None:
@@ -124,15 +133,27 @@ def check_wheel_tag(artifact: ArtifactContext) -> CheckResult:
             continue
         glibc = glibc_of_policy_name(claim[0])
         if floor is not None and glibc is not None and glibc < floor:
-            problems.append(f"platform tag {tag} is below manylinux_{floor[0]}_{floor[1]}, the floor of "
-                            f"{floor_source}: pip would install it where torch itself cannot run")
+            below.append(f"platform tag {tag} is below manylinux_{floor[0]}_{floor[1]}, the floor of "
+                         f"{floor_source}: pip would install it where torch itself cannot run")
+    results = []
+    if below:
+        results.append(failed("wheel-tag", f"{wheel.path.name}: " + "; ".join(below) + ".",
+                              "repair with auditwheel --plat at or above torch's own manylinux tag.", "below-floor"))
+    if floor_unknown and any(manylinux_policy_of_tag(t) for t in wheel.name.platform_tags):
+        results.append(failed(
+            "wheel-tag", f"{wheel.path.name}: the platform floor (torch's own manylinux tag) is unknown: "
+            f"{floor_unknown}; the tags {'.'.join(wheel.name.platform_tags)} were not compared with it.",
+            "audit where the target torch is installed (--torch-lib DIR) or recorded (data/torch_abi).",
+            "floor-unknown"))
     if problems:
-        return failed("wheel-tag", f"{wheel.path.name}: " + "; ".join(problems) + ".",
-                      "let the build name the wheel (scikit-build-core tags from the interpreter, the version's local "
-                      "part and torch pin come from the torch built against), repair with auditwheel using "
-                      "--plat at or above torch's manylinux floor, and never rename wheel files by hand.")
+        results.insert(0, failed(
+            "wheel-tag", f"{wheel.path.name}: " + "; ".join(problems) + ".",
+            "let the build name the wheel (scikit-build-core tags from the interpreter, the version's local "
+            "part and torch pin come from the torch built against), repair with auditwheel using "
+            "--plat at or above torch's manylinux floor, and never rename wheel files by hand."))
+        return results
     suffix = f" ({'; '.join(notes)})" if notes else ""
-    return passed("wheel-tag", f"tags, version, torch pin and binaries agree{suffix}")
+    return [passed("wheel-tag", f"tags, version, torch pin and binaries agree{suffix}"), *results]
 
 
 def _pin_problems(requirement: str, build_torch: str, abi_mode: str, torch_min: str | None) -> list[str]:
