@@ -19,7 +19,7 @@
 #include <string>
 #include <utility>
 
-#include "../kernels/common.h"
+#include "common/common.h"
 
 #if OPKILN_WITH_CUDA
 #include <cuda_runtime_api.h>

@@ -1,5 +1,5 @@
 // Stable-ABI binding of nms, mirroring ops/torch/nms.cpp.
-#include "../kernels/nms.h"
+#include "nms/nms.h"
 
 #include <limits>
 

@@ -3,7 +3,7 @@
 // opkiln::_rms_norm_forward through the dispatcher (torch_call_dispatcher), so
 // autograd, fake impls and torch.compile see the same two fused kernels as in
 // the per-torch build (python/opkiln/ops.py registers their fake/autograd).
-#include "../kernels/rms_norm.h"
+#include "rms_norm/rms_norm.h"
 
 #include <algorithm>
 #include <array>

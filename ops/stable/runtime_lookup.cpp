@@ -13,7 +13,7 @@
 #include "binding.h"
 
 #if OPKILN_WITH_CUDA
-#include "../kernels/cuda/arch_check.h"
+#include "common/arch_check.h"
 #endif
 
 namespace opkiln::stable_binding {

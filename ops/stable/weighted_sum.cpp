@@ -1,4 +1,4 @@
-#include "../kernels/weighted_sum.h"
+#include "weighted_sum/weighted_sum.h"
 
 #include "binding.h"
 

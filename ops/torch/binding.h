@@ -7,7 +7,7 @@
 
 #include <string_view>
 
-#include "../kernels/common.h"
+#include "common/common.h"
 
 #if OPKILN_WITH_CUDA
 #include <c10/cuda/CUDAFunctions.h>
@@ -15,7 +15,7 @@
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
 
-#include "../kernels/cuda/arch_check.h"
+#include "common/arch_check.h"
 #endif
 
 namespace opkiln::binding {

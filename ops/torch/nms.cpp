@@ -1,4 +1,4 @@
-#include "../kernels/nms.h"
+#include "nms/nms.h"
 
 #include <ATen/ops/empty.h>
 #include <torch/library.h>

@@ -3,7 +3,7 @@
 // formula (python/opkiln/ops.py) calls the fused opkiln::_rms_norm_backward.
 // So autograd, opcheck and torch.compile see two real kernels with fake impls,
 // and the public op needs no autograd or fake impl of its own.
-#include "../kernels/rms_norm.h"
+#include "rms_norm/rms_norm.h"
 
 #include <ATen/Parallel.h>
 #include <ATen/core/dispatch/Dispatcher.h>

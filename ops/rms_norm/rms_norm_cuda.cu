@@ -9,8 +9,8 @@
 //
 // dw: each backward block owns one Acc row of the workspace; a second kernel
 // sums those rows in a fixed order (deterministic, no atomics).
-#include "../rms_norm.h"
-#include "cuda_common.cuh"
+#include "rms_norm/rms_norm.h"
+#include "common/cuda_common.cuh"
 
 namespace opkiln::kernels {
 // A named namespace, not an anonymous one: nvcc hashes the absolute source path into

@@ -1,8 +1,8 @@
 // Bandwidth-bound: each thread moves 16-byte vectors with streaming
 // (evict-first) loads and stores, several in flight, so the kernel runs at
 // copy speed.
-#include "../weighted_sum.h"
-#include "cuda_common.cuh"
+#include "weighted_sum/weighted_sum.h"
+#include "common/cuda_common.cuh"
 
 namespace opkiln::kernels {
 // A named namespace, not an anonymous one: nvcc hashes the absolute source path into

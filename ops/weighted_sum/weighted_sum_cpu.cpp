@@ -1,6 +1,6 @@
-#include "../weighted_sum.h"
+#include "weighted_sum/weighted_sum.h"
 
-#include "half_float.h"
+#include "common/half_float.h"
 
 namespace opkiln::kernels {
 

@@ -1,11 +1,11 @@
-#include "../nms.h"
+#include "nms/nms.h"
 
 #include <algorithm>
 #include <numeric>
 #include <vector>
 
-#include "../nms_iou.h"
-#include "half_float.h"
+#include "nms/nms_iou.h"
+#include "common/half_float.h"
 
 namespace opkiln::kernels {
 

@@ -1,6 +1,6 @@
-// Shared vocabulary of the kernel cores. Kernel cores see raw pointers, sizes
-// and this enum only; no torch header is included below ops/kernels/, so a
-// second binding (the LibTorch stable ABI) reuses every kernel unchanged.
+// Shared vocabulary of the kernel cores (ops/<op>/<op>.h, <op>_cpu.cpp,
+// <op>_cuda.cu). Kernel cores see raw pointers, sizes and this enum only; they
+// include no torch header, so one kernel serves both ABI modes unchanged.
 #pragma once
 
 #include <cstdint>

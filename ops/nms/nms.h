@@ -11,7 +11,7 @@
 
 #include <cstddef>
 
-#include "common.h"
+#include "common/common.h"
 
 namespace opkiln::kernels {
 

@@ -16,9 +16,9 @@
 // Everything stays on the current stream; the workspace comes from the caller.
 #include <cub/device/device_radix_sort.cuh>
 
-#include "../nms.h"
-#include "../nms_iou.h"
-#include "cuda_common.cuh"
+#include "nms/nms.h"
+#include "nms/nms_iou.h"
+#include "common/cuda_common.cuh"
 
 namespace opkiln::kernels {
 // A named namespace, not an anonymous one: nvcc hashes the absolute source path into

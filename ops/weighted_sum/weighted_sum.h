@@ -1,7 +1,7 @@
 // out = alpha * a + (1 - alpha) * b, elementwise over n contiguous elements.
 #pragma once
 
-#include "common.h"
+#include "common/common.h"
 
 namespace opkiln::kernels {
 

@@ -1,8 +1,8 @@
-#include "../rms_norm.h"
+#include "rms_norm/rms_norm.h"
 
 #include <cmath>
 
-#include "half_float.h"
+#include "common/half_float.h"
 
 namespace opkiln::kernels {
 namespace {

@@ -8,7 +8,7 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "../common.h"
+#include "common.h"
 
 namespace opkiln::kernels::cuda {
 

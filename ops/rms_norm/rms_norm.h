@@ -8,7 +8,7 @@
 // float64; rstd and the dw partial sums use that accumulation type ("Acc").
 #pragma once
 
-#include "common.h"
+#include "common/common.h"
 
 namespace opkiln::kernels {
 
