@@ -1,0 +1,88 @@
+"""Pure-PyTorch reference for roi_align with torchvision's semantics.
+
+The bilinear sampling of RoIAlign is separable: a sample at (y, x) reads rows
+{y_lo, y_hi} with weights {1 - ly, ly} and columns {x_lo, x_hi} with weights
+{1 - lx, lx}, and it counts only when -1 <= y <= H and -1 <= x <= W, a product
+of a row and a column condition. So one roi's output for every channel is
+``Ay @ input[b, c] @ Ax.T / count``, where ``Ay[ph, h]`` sums the row weights of
+the samples of pooled row ph (``Ax`` likewise). The products are plain
+differentiable tensor operations, so autograd gives the reference gradient with
+respect to input. Arithmetic is in float32 for 16-bit and float32 inputs and in
+float64 for float64 inputs, as the kernels do; the result is rounded once.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from support.ops_reference import acc_dtype
+
+
+def _axis_weights(start: Tensor, bin_size: Tensor, pooled: int, grid: int, size: int) -> Tensor:
+    """[pooled, size] matrix: entry (p, i) sums the interpolation weights that the grid
+    samples of pooled cell p put on row (or column) i."""
+    dtype = start.dtype
+    matrix = torch.zeros(pooled, size, dtype=dtype, device=start.device)
+    if grid <= 0 or size == 0:
+        return matrix
+    p = torch.arange(pooled, dtype=dtype, device=start.device).unsqueeze(1)
+    g = torch.arange(grid, dtype=dtype, device=start.device).unsqueeze(0)
+    coord = start + p * bin_size + (g + 0.5) * (bin_size / grid)  # [pooled, grid]
+    valid = ((coord >= -1) & (coord <= size)).to(dtype)
+    coord = coord.clamp(min=0)
+    lo = coord.floor().clamp(max=size - 1).long()
+    at_edge = lo >= size - 1
+    hi = torch.where(at_edge, lo, lo + 1)
+    coord = torch.where(at_edge, lo.to(dtype), coord)
+    frac = coord - lo.to(dtype)
+    matrix.scatter_add_(1, lo, (1 - frac) * valid)
+    matrix.scatter_add_(1, hi, frac * valid)
+    return matrix
+
+
+def roi_align_ref(input: Tensor, rois: Tensor, spatial_scale: float, pooled_height: int, pooled_width: int,
+                  sampling_ratio: int, aligned: bool) -> Tensor:
+    """torchvision.ops.roi_align(input, rois, (pooled_height, pooled_width), spatial_scale,
+    sampling_ratio, aligned) for rois of shape [K, 5] with valid batch indices."""
+    acc = acc_dtype(input.dtype)
+    x = input.to(acc)
+    r = rois.detach().to(input.device, acc)
+    n, c, h, w = x.shape
+    outputs = []
+    for k in range(r.shape[0]):
+        batch = int(r[k, 0])  # truncation, as torchvision's cast
+        if not 0 <= batch < n:
+            raise ValueError(f"rois[{k}, 0] = {float(r[k, 0])} is not a batch index in [0, {n})")
+        corners = r[k, 1:] * spatial_scale - (0.5 if aligned else 0.0)
+        x1, y1, x2, y2 = corners.unbind()
+        roi_w, roi_h = x2 - x1, y2 - y1
+        if not aligned:
+            roi_w, roi_h = roi_w.clamp(min=1), roi_h.clamp(min=1)
+        bin_h, bin_w = roi_h / pooled_height, roi_w / pooled_width
+        grid_h = sampling_ratio if sampling_ratio > 0 else max(math.ceil(float(bin_h)), 0)
+        grid_w = sampling_ratio if sampling_ratio > 0 else max(math.ceil(float(bin_w)), 0)
+        count = max(grid_h * grid_w, 1)
+        ay = _axis_weights(y1, bin_h, pooled_height, grid_h, h)
+        ax = _axis_weights(x1, bin_w, pooled_width, grid_w, w)
+        outputs.append(torch.einsum("ph,chw,qw->cpq", ay, x[batch], ax) / count)
+    if not outputs:
+        return x.new_zeros(0, c, pooled_height, pooled_width).to(input.dtype)
+    return torch.stack(outputs).to(input.dtype)
+
+
+def random_rois(num_rois: int, batch: int, height: int, width: int, dtype: torch.dtype = torch.float32,
+                seed: int = 0, spatial_scale: float = 1.0) -> Tensor:
+    """[K, 5] rois with valid batch indices, corners in input coordinates (before
+    spatial_scale) spread a little past the feature map, and some tiny and inverted boxes."""
+    g = torch.Generator().manual_seed(seed)
+    batch_idx = torch.randint(0, max(batch, 1), (num_rois, 1), generator=g).double()
+    extent = torch.tensor([width, height], dtype=torch.float64) / spatial_scale
+    xy1 = (torch.rand(num_rois, 2, generator=g, dtype=torch.float64) * 1.2 - 0.1) * extent
+    size = torch.rand(num_rois, 2, generator=g, dtype=torch.float64) * 0.8 * extent
+    xy2 = xy1 + size
+    flip = torch.rand(num_rois, generator=g) < 0.1  # inverted boxes: empty when aligned, clamped when not
+    xy2[flip] = xy1[flip] - size[flip] * 0.1
+    return torch.cat([batch_idx, xy1, xy2], 1).to(dtype)
