@@ -1,6 +1,6 @@
 """Typed wrappers, fake (meta) implementations and autograd for the opkiln operators.
 
-Operators (all in the ``torch.ops.opkiln`` namespace, schemas in ops/torch/schema.cpp):
+Operators (all in the ``torch.ops.opkiln`` namespace, schemas in ops/<op>/binding.cpp):
 
 - ``weighted_sum(a, b, alpha)``: one fused kernel; autograd here.
 - ``rms_norm(x, weight, eps)``: CompositeImplicitAutograd in C++; it calls the

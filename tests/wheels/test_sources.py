@@ -17,11 +17,19 @@ def test_no_anonymous_namespaces_in_cuda_sources() -> None:
 
 
 def test_kernel_cores_include_no_torch_header() -> None:
-    # Everything under ops/ but the bindings is shared by both ABI modes: kernel cores and
-    # ops/common/ see raw pointers only.
+    # Only the facade (ops/facade/: one implementation over ATen, one over the stable ABI) sees
+    # torch. Kernel cores and ops/common/ see raw pointers; each op's binding.cpp, compiled in
+    # both ABI modes, sees the facade only.
     pattern = re.compile(r'#\s*include\s*[<"](torch|ATen|c10)/')
-    bindings = {"torch", "stable", "facade"}
     offenders = [str(p.relative_to(REPO)) for p in sorted((REPO / "ops").rglob("*"))
-                 if p.is_file() and p.relative_to(REPO / "ops").parts[0] not in bindings
+                 if p.is_file() and p.relative_to(REPO / "ops").parts[0] != "facade"
                  and pattern.search(p.read_text())]
     assert offenders == []
+
+
+def test_op_bindings_use_the_facade_only() -> None:
+    # One binding source per op for both ABI modes: no mode-specific code paths in it.
+    for binding in sorted((REPO / "ops").glob("*/binding.cpp")):
+        text = binding.read_text()
+        assert '#include "facade/facade.h"' in text, binding
+        assert not re.search(r"OPKILN_STABLE_ABI|TORCH_LIBRARY|STABLE_TORCH|\bat::|torch::|c10::", text), binding

@@ -1,5 +1,6 @@
-// Error plumbing for nested op calls, and the entry points of the stable C
-// shim that this library looks up at run time instead of importing them:
+// The stable-ABI facade's out-of-line parts: the opkiln namespace, error
+// plumbing for nested op calls, and the entry points of the stable C shim that
+// this library looks up at run time instead of importing them:
 //   - torch_exception_get_what_without_backtrace: added in torch 2.13, above
 //     this build's TORCH_TARGET_VERSION, so importing it would break loading
 //     on older torch; when present it carries the message of a failed
@@ -10,13 +11,13 @@
 //     op runs on a CUDA tensor.
 #include <dlfcn.h>
 
-#include "binding.h"
+#include "facade/facade.h"
 
-#if OPKILN_WITH_CUDA
-#include "common/arch_check.h"
-#endif
+// Each op adds its schemas (OPKILN_SCHEMAS, a fragment) and kernels in its own
+// ops/<op>/binding.cpp; this block only claims the namespace.
+STABLE_TORCH_LIBRARY(opkiln, m) { static_cast<void>(m); }
 
-namespace opkiln::stable_binding {
+namespace opkiln::facade {
 
 std::string& last_kernel_error() {
   thread_local std::string message;
@@ -32,7 +33,7 @@ const char* last_torch_error() {
 }
 
 #if OPKILN_WITH_CUDA
-namespace {
+namespace stable_cpp {
 
 using GetCurrentCudaStream = AOTITorchError (*)(std::int32_t device_index, void** ret_stream);
 
@@ -44,26 +45,17 @@ GetCurrentCudaStream find_current_stream_shim() {
   return reinterpret_cast<GetCurrentCudaStream>(sym);
 }
 
-// Once per device, before the first launch: a GPU that none of our SASS or PTX
-// runs on gets an error naming its arch and ours (as ops/torch/binding.h).
-void check_kernel_image(std::int32_t device) {
-  const kernels::CudaStatus status = kernels::cached_kernel_image_status(device);
-  OPKILN_CHECK(!kernels::is_unsupported_gpu(status), kernels::unsupported_gpu_message(device));
-  check_cuda_status(status, "kernel image check");
-}
+}  // namespace stable_cpp
 
-}  // namespace
-
-kernels::CudaStream current_cuda_stream(std::int32_t device) {
-  check_kernel_image(device);
-  static const GetCurrentCudaStream shim = find_current_stream_shim();
+CudaStream current_cuda_stream(int device) {
+  static const stable_cpp::GetCurrentCudaStream shim = stable_cpp::find_current_stream_shim();
   OPKILN_CHECK(shim != nullptr,
-                  "opkiln: cannot find aoti_torch_get_current_cuda_stream in a loaded libtorch_cuda.so; "
-                  "CUDA kernels need a CUDA build of torch");
+               "opkiln: cannot find aoti_torch_get_current_cuda_stream in a loaded libtorch_cuda.so; "
+               "CUDA kernels need a CUDA build of torch");
   void* stream = nullptr;
-  check_shim(shim(device, &stream), "aoti_torch_get_current_cuda_stream");
-  return static_cast<kernels::CudaStream>(stream);
+  check_shim(shim(static_cast<std::int32_t>(device), &stream), "aoti_torch_get_current_cuda_stream");
+  return static_cast<CudaStream>(stream);
 }
 #endif
 
-}  // namespace opkiln::stable_binding
+}  // namespace opkiln::facade
