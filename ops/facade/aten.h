@@ -55,6 +55,12 @@ inline Tensor narrowed_copy(const Tensor& t, std::int64_t dim, std::int64_t star
   return t.narrow(dim, start, length).clone();
 }
 
+// Element [row, col] of a 2-D tensor, as a double on the host (for error
+// messages; synchronises with a CUDA tensor's stream).
+inline double value_at(const Tensor& t, std::int64_t row, std::int64_t col) {
+  return t.select(0, row).select(0, col).item<double>();
+}
+
 template <typename F>
 void parallel_for(std::int64_t begin, std::int64_t end, std::int64_t grain, const F& f) {
   at::parallel_for(begin, end, grain, f);

@@ -15,6 +15,7 @@
 //   allocation     empty(sizes, dtype, like), zeros(sizes, dtype, like) (on like's device),
 //                  empty_contiguous_like(t), narrowed_copy(t, dim, start, length)
 //                  (names chosen so that ADL never finds an ATen function of the same name)
+//                  value_at(t, row, col): one element of a 2-D tensor as a host double
 //   checks         OPKILN_CHECK / _VALUE / _TYPE / _INDEX (cond, message pieces...):
 //                  RuntimeError / ValueError / TypeError / IndexError in the per-torch
 //                  build; the stable ABI has no error types, so there every one is a

@@ -78,6 +78,17 @@ inline Tensor narrowed_copy(const Tensor& t, std::int64_t dim, std::int64_t star
   return torch::stable::clone(torch::stable::narrow(self, dim, start, length));
 }
 
+// Element [row, col] of a 2-D tensor, as a double on the host (for error
+// messages; synchronises with a CUDA tensor's stream).
+inline double value_at(const Tensor& t, std::int64_t row, std::int64_t col) {
+  Tensor self = t;
+  Tensor line = torch::stable::narrow(self, 0, row, 1);
+  const Tensor cell = torch::stable::narrow(line, 1, col, 1);
+  const Tensor host = torch::stable::to(cell, ScalarType::Double, std::nullopt, torch::stable::Device(DeviceType::CPU),
+                                        std::nullopt, false, true);
+  return host.const_data_ptr<double>()[0];
+}
+
 template <typename F>
 void parallel_for(std::int64_t begin, std::int64_t end, std::int64_t grain, const F& f) {
   torch::stable::parallel_for(begin, end, grain, f);
