@@ -18,6 +18,7 @@ COMMANDS: dict[str, str] = {
     "audit": "audit",
     "index": "index",
     "repro": "repro",
+    "new-op": "new_op",
 }
 
 
