@@ -5,6 +5,7 @@
 //   offset = aligned ? 0.5 : 0;  start = coord * spatial_scale - offset
 //   roi_w = x2' - x1', roi_h = y2' - y1'; not aligned: both clamped to >= 1
 //   bin = roi / pooled;  grid = sampling_ratio > 0 ? sampling_ratio : ceil(roi / pooled)
+//     (an adaptive grid of a NaN, infinite or over-2^31 bin has no samples: output 0)
 //   output[k, c, ph, pw] = sum over the grid_h * grid_w samples at
 //     y = y1' + ph * bin_h + (iy + 0.5) * bin_h / grid_h (x likewise) of bilinear(input[b, c], y, x),
 //     divided by max(grid_h * grid_w, 1)

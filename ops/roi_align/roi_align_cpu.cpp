@@ -24,6 +24,8 @@ struct Roi {
   Acc count = 1;
 };
 
+constexpr std::int64_t kMaxAdaptiveGrid = 0x7fffffff;
+
 template <typename Acc>
 bool batch_index_valid(Acc v, std::int64_t batch) {
   // trunc(v) in [0, batch); false for NaN.
@@ -54,10 +56,12 @@ Roi<Acc> load_roi(const T* r, const RoiAlignGeometry& g) {
   roi.x0 = x1;
   roi.bin_h = roi_h / static_cast<Acc>(g.pooled_height);
   roi.bin_w = roi_w / static_cast<Acc>(g.pooled_width);
-  // A negative or NaN size (aligned rois with x2 < x1) gives an empty grid: output 0.
+  // A negative size (aligned rois with x2 < x1) gives an empty grid: output 0. So does a
+  // NaN, infinite or absurd (over 2^31 samples per axis) size, where torchvision's int cast
+  // is undefined.
   const auto adaptive = [](Acc bin) -> std::int64_t {
     const Acc n = std::ceil(bin);
-    return n > Acc(0) ? static_cast<std::int64_t>(n) : 0;
+    return n > Acc(0) && n <= Acc(kMaxAdaptiveGrid) ? static_cast<std::int64_t>(n) : 0;
   };
   roi.grid_h = g.sampling_ratio > 0 ? g.sampling_ratio : adaptive(roi.bin_h);
   roi.grid_w = g.sampling_ratio > 0 ? g.sampling_ratio : adaptive(roi.bin_w);

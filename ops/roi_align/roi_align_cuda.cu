@@ -31,10 +31,12 @@ __device__ __forceinline__ bool batch_index_valid(Acc v, std::int64_t batch) {
   return v > Acc(-1) && v < static_cast<Acc>(batch);  // trunc(v) in [0, batch); false for NaN
 }
 
+// Samples per axis when sampling_ratio <= 0: ceil(bin); 0 (output 0) for a negative, NaN,
+// infinite or absurd (over 2^31) bin size, where torchvision's int cast is undefined.
 template <typename Acc>
 __device__ __forceinline__ std::int64_t adaptive_grid(Acc bin) {
   const Acc n = ceil(bin);
-  return n > Acc(0) ? static_cast<std::int64_t>(n) : 0;
+  return n > Acc(0) && n <= Acc(0x7fffffff) ? static_cast<std::int64_t>(n) : 0;
 }
 
 template <typename T>

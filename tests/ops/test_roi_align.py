@@ -142,6 +142,23 @@ def test_cpu_results_do_not_depend_on_thread_count() -> None:
         assert torch.equal(out, results[0][0]) and torch.equal(gx, results[0][1])
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("sampling_ratio", [0, 2])
+@pytest.mark.parametrize("aligned", [False, True])
+def test_non_finite_and_absurd_boxes_give_zero(device: str, sampling_ratio: int, aligned: bool) -> None:
+    # torchvision's int cast of such a sample count is undefined (or loops ~forever): here
+    # such a box has no samples, its output is 0 and it gives no gradient; others are unchanged.
+    inf, nan = float("inf"), float("nan")
+    boxes = [[0, 0, inf, 4], [nan, 0, 4, 4], [0, 0, 1e12, 4], [-inf, 0, 4, 4], [0, -1e12, 4, 4], [1, 1, 5, 6]]
+    rois = torch.tensor([[0.0, *b] for b in boxes], device=device)
+    x = torch.randn(1, 2, 8, 8, generator=torch.Generator().manual_seed(3)).to(device).requires_grad_(True)
+    out = opkiln.roi_align(x, rois, 1.0, 2, 2, sampling_ratio, aligned)
+    assert torch.equal(out[:5], torch.zeros_like(out[:5]))
+    torch.testing.assert_close(out[5:], opkiln.roi_align(x, rois[5:], 1.0, 2, 2, sampling_ratio, aligned))
+    (gx,) = torch.autograd.grad(out[:5].sum(), x)
+    assert torch.equal(gx, torch.zeros_like(gx))
+
+
 # ---------------------------------------------------------------------------- empty and strided inputs
 
 

@@ -34,22 +34,25 @@ def _axis_weights(start: Tensor, bin_size: Tensor, grid: Tensor, pooled: int, si
     start, bin_size = start.view(-1, 1, 1), bin_size.view(-1, 1, 1)
     step = bin_size / grid.clamp(min=1).to(dtype).view(-1, 1, 1)
     coord = start + p * bin_size + (g.to(dtype) + 0.5) * step  # [K, pooled, most]
-    valid = ((coord >= -1) & (coord <= size) & (g < grid.view(-1, 1, 1))).to(dtype)
-    coord = coord.clamp(min=0)
+    valid = (coord >= -1) & (coord <= size) & (g < grid.view(-1, 1, 1))  # False for NaN
+    coord = torch.where(valid, coord, torch.zeros_like(coord)).clamp(min=0)
     lo = coord.floor().clamp(max=size - 1).long()
     at_edge = lo >= size - 1
     hi = torch.where(at_edge, lo, lo + 1)
     coord = torch.where(at_edge, lo.to(dtype), coord)
     frac = coord - lo.to(dtype)
-    matrix.scatter_add_(2, lo, (1 - frac) * valid)
-    matrix.scatter_add_(2, hi, frac * valid)
+    weight = valid.to(dtype)
+    matrix.scatter_add_(2, lo, (1 - frac) * weight)
+    matrix.scatter_add_(2, hi, frac * weight)
     return matrix
 
 
 def _grid(bin_size: Tensor, sampling_ratio: int) -> Tensor:
     if sampling_ratio > 0:
         return torch.full(bin_size.shape, sampling_ratio, dtype=torch.int64, device=bin_size.device)
-    return bin_size.ceil().nan_to_num(0.0).clamp(min=0).long()
+    n = bin_size.ceil()
+    usable = (n > 0) & (n <= 2**31 - 1)  # NaN, infinite, absurd: no samples (as the kernels)
+    return torch.where(usable, n, torch.zeros_like(n)).long()
 
 
 def roi_align_ref(input: Tensor, rois: Tensor, spatial_scale: float, pooled_height: int, pooled_width: int,
