@@ -8,7 +8,8 @@ and of every kiln_tool module it imports, lazily or not (TYPE_CHECKING blocks as
 one of them, kiln re-executes itself under the repo's development venv
 (`.venv/bin/python` beside `scripts/`) if that exists and is not the running
 interpreter; otherwise it prints one line and exits 2 (unusable environment), never a
-ModuleNotFoundError traceback. Standard library only.
+ModuleNotFoundError traceback. A Python older than kiln's syntax allows is treated the
+same way. Standard library only.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import ast
 import importlib.util
 import os
+import platform
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -32,6 +34,10 @@ KNOWN_THIRD_PARTY: tuple[str, ...] = ("elftools", "packaging", "rich", "zstandar
 REEXEC_MARKER = "OPKILN_KILN_REEXEC"
 
 EXIT_ENVIRONMENT = 2
+
+# kiln's own syntax needs this (pyproject.toml requires-python); an older Python is
+# handled like a missing module. This module itself parses on Python 3.7+.
+MIN_PYTHON = (3, 10)
 
 
 def _module_file(scripts_dir: Path, name: str) -> tuple[Path, bool] | None:
@@ -162,6 +168,9 @@ def _reexec_or_exit(missing: Sequence[str], script: Path, argv: Sequence[str]) -
 def run_kiln(script: Path, argv: Sequence[str]) -> int:
     """`kiln ARGV`, as scripts/kiln (at `script`) runs it."""
     scripts_dir = script.resolve().parent
+    if sys.version_info < MIN_PYTHON:
+        wanted = ".".join(map(str, MIN_PYTHON))
+        _reexec_or_exit([f"Python >= {wanted} (it is {platform.python_version()})"], script, argv)
     if missing_modules(KNOWN_THIRD_PARTY):
         missing = missing_modules(sorted(third_party_imports(scripts_dir, command_modules(argv))))
         if missing:

@@ -156,3 +156,14 @@ def test_an_import_the_scan_cannot_see_still_gives_one_line(monkeypatch: pytest.
     assert bootstrap.run_kiln(SCRIPTS / "kiln", ["matrix"]) == 2
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and "computed_dep" in err[0] and "make venv" in err[0]
+
+
+def test_a_python_too_old_for_kiln_gets_one_line(repo_copy: Path, monkeypatch: pytest.MonkeyPatch,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(bootstrap, "MIN_PYTHON", (sys.version_info[0] + 1, 0))
+    with pytest.raises(SystemExit) as exit_info:
+        bootstrap.run_kiln(repo_copy / "scripts" / "kiln", ["matrix"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and f"lacks Python >= {sys.version_info[0] + 1}.0 (it is" in err[0]
+    assert "no repo venv at" in err[0] and "make venv" in err[0]
