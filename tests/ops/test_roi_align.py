@@ -345,7 +345,7 @@ def test_cuda_matches_cpu_kernel_on_large_inputs(dtype: torch.dtype, aligned: bo
     grad = torch.randn(2000, 64, 7, 7, generator=torch.Generator().manual_seed(1)).to(dtype)
     results = []
     for device in ("cpu", "cuda"):
-        xd = x.to(device).requires_grad_(True)
+        xd = x.detach().to(device).requires_grad_(True)  # a leaf on each device
         out = opkiln.roi_align(xd, rois.to(device), 1 / 16, 7, 7, 0, aligned)
         out.backward(grad.to(device))
         assert xd.grad is not None
