@@ -46,9 +46,9 @@ args = {{"cxx": ["-O3", std, "-fvisibility=hidden"]}}
 if cuda:
     args["nvcc"] = ["-O3", std, "--expt-relaxed-constexpr", "-DOPKILN_WITH_CUDA=1"]
     args["cxx"].append("-DOPKILN_WITH_CUDA=1")
-    ext = CUDAExtension("opkiln_cppext._C", sources, extra_compile_args=args)
+    ext = CUDAExtension("opkiln_cppext._C", sources, include_dirs=[{include!r}], extra_compile_args=args)
 else:
-    ext = CppExtension("opkiln_cppext._C", sources, extra_compile_args=args)
+    ext = CppExtension("opkiln_cppext._C", sources, include_dirs=[{include!r}], extra_compile_args=args)
 setup(name="opkiln_cppext", ext_modules=[ext], cmdclass={{"build_ext": BuildExtension}})
 """
 
@@ -70,9 +70,13 @@ def timed(cmd: list[str], env: dict[str, str], cwd: Path, log: Path) -> float:
 
 
 def sources(cuda: bool) -> list[str]:
-    files = sorted((REPO / "ops" / "kernels" / "cpu").glob("*.cpp")) + sorted((REPO / "ops" / "torch").glob("*.cpp"))
+    """What ops/CMakeLists.txt compiles in the per-torch mode: each op's kernel core and binding, the facade."""
+    ops = REPO / "ops"
+    bindings = sorted(ops.glob("*/binding.cpp"))
+    cores = sorted(p for b in bindings for p in b.parent.glob("*.cpp") if p.name != "binding.cpp")
+    files = [*cores, ops / "facade" / "aten.cpp", *bindings, ops / "facade" / "module.cpp"]
     if cuda:
-        files += sorted((REPO / "ops" / "kernels" / "cuda").glob("*.cu"))
+        files += [ops / "common" / "arch_check.cu", *sorted(p for b in bindings for p in b.parent.glob("*.cu"))]
     return [str(f) for f in files]
 
 
@@ -121,7 +125,8 @@ def main(argv: list[str] | None = None) -> int:
 
     setup_dir = work / "cppext"
     setup_dir.mkdir()
-    (setup_dir / "setup.py").write_text(SETUP_PY.format(sources=sources(cuda), cuda=cuda, std=std))
+    (setup_dir / "setup.py").write_text(SETUP_PY.format(sources=sources(cuda), include=str(REPO / "ops"), cuda=cuda,
+                                                        std=std))
 
     def cppext() -> float:
         shutil.rmtree(setup_dir / "build", ignore_errors=True)

@@ -6,7 +6,8 @@
 CUDA: warmup, then CUDA-event timing, median of --iters runs. CPU: the same
 with perf_counter and smaller default sizes. Every figure, the correctness
 checks (max abs error vs a reference, NMS kept indices equal to torchvision's
-or to a pure-PyTorch reference) and the issue-8 targets go to the JSON file.
+or to a pure-PyTorch reference, roi_align against torchvision where importable
+and the pure-PyTorch reference always) and the issue-8 targets go to the JSON file.
 Bandwidth is "effective": the bytes an op must move at least, over its time,
 and its fraction of a device-to-device copy measured in the same run.
 """
@@ -32,6 +33,7 @@ import opkiln
 # The same pure-PyTorch reference of torchvision's nms the tests use.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from support.ops_reference import nms_ref
+from support.roi_align_reference import random_rois, roi_align_ref
 
 # issue 8, on the H200
 TARGETS_MS = {"weighted_sum_256M_fp32": 0.80, "rms_norm_fwd_bf16_16384x8192": 0.15, "nms_10k": 2.0,
@@ -223,6 +225,14 @@ def first_difference(got: list[int], expected: list[int]) -> dict[str, Any]:
     return {"position": pos, "got": got[pos:pos + 5], "expected": expected[pos:pos + 5]}
 
 
+def import_torchvision_ops() -> Any:
+    try:
+        import torchvision.ops as tv_ops  # optional: present on the GPU machine only
+    except Exception:
+        return None
+    return tv_ops
+
+
 def bench_nms(report: Report, device: str, n: int, label: str, iters: int) -> None:
     thr = 0.5
     boxes, scores = random_boxes(n, device, seed=n)
@@ -232,10 +242,7 @@ def bench_nms(report: Report, device: str, n: int, label: str, iters: int) -> No
     ours_ms = run(lambda: opkiln.nms(boxes, scores, thr))
     keep = opkiln.nms(boxes, scores, thr)
     report.add(case, "opkiln", ours_ms, kept=int(keep.numel()))
-    try:
-        import torchvision.ops as tv_ops  # optional: present on the GPU machine only
-    except Exception:
-        tv_ops = None
+    tv_ops = import_torchvision_ops()
     if tv_ops is not None:
         try:
             tv_ms = run(lambda: tv_ops.nms(boxes, scores, thr))
@@ -254,6 +261,54 @@ def bench_nms(report: Report, device: str, n: int, label: str, iters: int) -> No
     if device == "cuda" and label in ("10k", "100k"):
         target = TARGETS_MS[f"nms_{label}"]
         report.check(f"{case} <= {target} ms", ours_ms <= target, ms=round(ours_ms, 4))
+
+
+def bench_roi_align(report: Report, run: Callable[[Callable[[], object]], float], device: str,
+                    shape: tuple[int, int, int, int], num_rois: int) -> None:
+    """A detector's box head: 7x7 bins, sampling ratio 2, aligned, on one FPN level (stride 16)."""
+    n, c, h, w = shape
+    scale, pooled, sampling_ratio, aligned = 1 / 16, 7, 2, True
+    dtype = torch.float32
+    x = torch.randn(shape, generator=torch.Generator().manual_seed(0)).to(device)
+    rois = random_rois(num_rois, n, h, w, dtype, seed=1, spatial_scale=scale).to(device)
+    case = f"roi_align {num_rois} rois {n}x{c}x{h}x{w} fp32"
+    args = (scale, pooled, pooled, sampling_ratio, aligned)
+    report.add(f"{case} fwd", "opkiln", run(lambda: opkiln.roi_align(x, rois, *args)))
+    tv_ops = import_torchvision_ops()
+    tv_args = ((pooled, pooled), scale, sampling_ratio, aligned)
+    if tv_ops is not None:
+        try_time(report, run, f"{case} fwd", "torchvision.ops.roi_align", lambda: tv_ops.roi_align(x, rois, *tv_args))
+    xg = x.detach().requires_grad_(True)
+    grad = torch.randn(num_rois, c, pooled, pooled, generator=torch.Generator().manual_seed(2)).to(device)
+    y_ours = opkiln.roi_align(xg, rois, *args)
+    report.add(f"{case} bwd", "opkiln autograd",
+               run(lambda: torch.autograd.grad(y_ours, xg, grad, retain_graph=True)))
+    if tv_ops is not None:
+        try:
+            y_tv = tv_ops.roi_align(xg, rois, *tv_args)
+            try_time(report, run, f"{case} bwd", "torchvision autograd",
+                     lambda: torch.autograd.grad(y_tv, xg, grad, retain_graph=True))
+            out, expected = opkiln.roi_align(x, rois, *args), tv_ops.roi_align(x, rois, *tv_args)
+            err = (out - expected).abs().max().item()
+            report.check(f"{case} fwd max abs error vs torchvision", err < 1e-4, max_abs_error=err)
+            (g_ours,) = torch.autograd.grad(y_ours, xg, grad, retain_graph=True)
+            (g_tv,) = torch.autograd.grad(y_tv, xg, grad, retain_graph=True)
+            err = ((g_ours - g_tv).abs().max() / (g_tv.abs().max() + 1)).item()
+            report.check(f"{case} bwd max rel error vs torchvision", err < 1e-5, max_rel_error=err)
+        except Exception as exc:  # e.g. torchvision built for another torch: report, go on
+            report.check(f"{case} torchvision comparison", False, error=f"{type(exc).__name__}: {exc}"[:300])
+    # The pure-PyTorch reference in float64 on the first rois (it loops over rois in Python).
+    k = min(num_rois, 64)
+    xd = x.double().requires_grad_(True)
+    ref = roi_align_ref(xd, rois[:k].double(), *args)
+    (g_ref,) = torch.autograd.grad(ref, xd, grad[:k].double())
+    xs = x.detach().requires_grad_(True)
+    out = opkiln.roi_align(xs, rois[:k], *args)
+    (g_out,) = torch.autograd.grad(out, xs, grad[:k])
+    err = (out.double() - ref).abs().max().item()
+    report.check(f"{case} fwd max abs error vs fp64 reference ({k} rois)", err < 1e-4, max_abs_error=err)
+    err = ((g_out.double() - g_ref).abs().max() / (g_ref.abs().max() + 1)).item()
+    report.check(f"{case} bwd max rel error vs fp64 reference ({k} rois)", err < 1e-5, max_rel_error=err)
 
 
 # ---------------------------------------------------------------------------- main
@@ -278,6 +333,7 @@ def main(argv: list[str] | None = None) -> int:
     ws_n = (256 << 20) if big else (8 << 20)
     rms_shape = (16384, 8192) if big else (1024, 4096)
     nms_cases = [(10_000, "10k"), (100_000, "100k")] if big else [(2_000, "2k"), (10_000, "10k-cpu")]
+    roi_case = ((2, 256, 50, 68), 1000) if big else ((2, 64, 50, 68), 256)
 
     env = {"device": device, "torch": torch.__version__, "opkiln": opkiln.__version__,
            "python": platform.python_version(),
@@ -291,6 +347,7 @@ def main(argv: list[str] | None = None) -> int:
     bench_rms_norm(report, run, device, *rms_shape, compile_)
     for n, label in nms_cases:
         bench_nms(report, device, n, label, iters)
+    bench_roi_align(report, run, device, *roi_case)
 
     failed = [c["check"] for c in report.checks if not c["ok"]]
     summary = {"environment": env, "copy_gb_per_s": round(report.copy_gbps or math.nan, 1), "targets_ms": TARGETS_MS,

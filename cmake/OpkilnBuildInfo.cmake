@@ -20,10 +20,13 @@ function(opkiln_write_build_info target)
     set(suffix "${Python_SOSABI}")
     list(APPEND stable_args --torch-min "${OPKILN_STABLE_TORCH_MIN}")
   endif()
+  # The op manifest: the ops ops/CMakeLists.txt found (OPKILN_OPS), each one's schemas.
+  list(JOIN OPKILN_OPS " " _ops)
   execute_process(
     COMMAND "${CMAKE_COMMAND}" -E env "PYTHONPATH=${OPKILN_SOURCE_DIR}/scripts"
             "${Python_EXECUTABLE}" -m kiln_tool.build_info
             --output "${out}"
+            --ops "${_ops}"
             --source-dir "${OPKILN_SOURCE_DIR}"
             --version "${OPKILN_WHEEL_VERSION}"
             --torch-version "${OPKILN_TORCH_VERSION}"

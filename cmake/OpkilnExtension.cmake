@@ -1,5 +1,4 @@
-# What every build of opkiln._C shares, whichever binding it uses (ops/ for
-# TORCH_LIBRARY, ops/stable/ for the stable ABI): language standards, CUDA
+# What every build of opkiln._C shares, in either ABI mode (ops/CMakeLists.txt): language standards, CUDA
 # options, the arch list for the unsupported-GPU error, the $ORIGIN-relative
 # RUNPATH, the hardening of cmake/OpkilnHardening.cmake and the install rule.
 #

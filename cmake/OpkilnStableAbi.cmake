@@ -8,7 +8,7 @@
 #     C-shim entry points that the floor's libtorch already exports;
 #   - linked to libtorch_cpu only (the stable C shim), plus the CUDA runtime
 #     for a CUDA build: no libc10, no libc10_cuda, no libtorch_cuda;
-#   - Py_LIMITED_API 3.10 (python_add_library USE_SABI, in ops/stable).
+#   - Py_LIMITED_API 3.10 (python_add_library USE_SABI, in ops/CMakeLists.txt).
 
 # "2.11" -> 0x20b000000000000 (TORCH_ABI_VERSION layout: major << 56 | minor << 48)
 function(opkiln_torch_version_hex version out)

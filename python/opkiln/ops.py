@@ -1,6 +1,6 @@
 """Typed wrappers, fake (meta) implementations and autograd for the opkiln operators.
 
-Operators (all in the ``torch.ops.opkiln`` namespace, schemas in ops/torch/schema.cpp):
+Operators (all in the ``torch.ops.opkiln`` namespace, schemas in ops/<op>/binding.cpp):
 
 - ``weighted_sum(a, b, alpha)``: one fused kernel; autograd here.
 - ``rms_norm(x, weight, eps)``: CompositeImplicitAutograd in C++; it calls the
@@ -10,6 +10,10 @@ Operators (all in the ``torch.ops.opkiln`` namespace, schemas in ops/torch/schem
   kernels. Double backward raises (the backward op's autograd formula says so).
 - ``nms(boxes, scores, iou_threshold)``: not differentiable; its fake impl has a
   data-dependent output size. ``batched_nms`` is composed in Python.
+- ``roi_align(input, rois, spatial_scale, pooled_height, pooled_width,
+  sampling_ratio, aligned)``: torchvision's RoIAlign; autograd here calls the
+  internal ``_roi_align_backward`` kernel (differentiable in ``input``, not in
+  ``rois``; no double backward).
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from typing import Any, TypeVar, cast
 import torch
 from torch import Tensor
 
-__all__ = ["batched_nms", "nms", "rms_norm", "weighted_sum"]
+__all__ = ["batched_nms", "nms", "rms_norm", "roi_align", "weighted_sum"]
 
 _FLOAT_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 
@@ -142,7 +146,7 @@ torch.library.register_autograd(
 )
 
 
-def _rms_norm_backward_setup(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, Tensor]) -> None:
+def _no_setup(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, Tensor]) -> None:
     pass
 
 
@@ -153,7 +157,7 @@ def _rms_norm_double_backward(ctx: Any, grad_dx: Tensor, grad_dw: Tensor) -> tup
 
 
 torch.library.register_autograd(
-    "opkiln::_rms_norm_backward", _rms_norm_double_backward, setup_context=_rms_norm_backward_setup
+    "opkiln::_rms_norm_backward", _rms_norm_double_backward, setup_context=_no_setup
 )
 
 
@@ -209,3 +213,80 @@ def batched_nms(boxes: Tensor, scores: Tensor, idxs: Tensor, iou_threshold: floa
     max_coordinate = boxes.max()
     offsets = idxs.to(boxes) * (max_coordinate + torch.ones_like(max_coordinate))
     return nms(boxes + offsets[:, None], scores, iou_threshold)
+
+
+# ---------------------------------------------------------------------------- roi_align
+
+
+def roi_align(input: Tensor, rois: Tensor, spatial_scale: float, pooled_height: int, pooled_width: int,
+              sampling_ratio: int = -1, aligned: bool = False) -> Tensor:
+    """RoIAlign with the semantics and argument order of ``torchvision.ops.roi_align``.
+
+    Shape rules: ``input`` is ``[N, C, H, W]``; ``rois`` is ``[K, 5]``, each row
+    ``(batch index, x1, y1, x2, y2)`` in input coordinates before ``spatial_scale``;
+    same dtype (float32, float64, float16 or bfloat16) and device; any strides.
+    Returns ``[K, C, pooled_height, pooled_width]``, contiguous. Each bin averages
+    ``sampling_ratio`` x ``sampling_ratio`` bilinear samples (``sampling_ratio <= 0``:
+    ``ceil(roi size / pooled size)`` per axis). ``aligned=True`` shifts the box by
+    -0.5 pixel (the half-pixel correction). A batch index must lie in ``[0, N)``
+    after truncation toward zero (ValueError otherwise). Differentiable in ``input``.
+    """
+    return cast(Tensor, torch.ops.opkiln.roi_align.default(input, rois, float(spatial_scale), int(pooled_height),
+                                                           int(pooled_width), int(sampling_ratio), bool(aligned)))
+
+
+def _check_roi_align_args(features: Tensor, rois: Tensor, pooled_height: int, pooled_width: int, op: str) -> None:
+    _check(rois.dim() == 2 and rois.shape[1] == 5,
+           lambda: f"opkiln::{op}: rois must have shape [K, 5] (batch index, x1, y1, x2, y2), got {tuple(rois.shape)}")
+    _check(features.dtype == rois.dtype, lambda: f"opkiln::{op}: dtypes differ: {features.dtype} and {rois.dtype}")
+    _check(features.dtype in _FLOAT_DTYPES, lambda: f"opkiln::{op}: must be a floating dtype, got {features.dtype}")
+    _check(features.device == rois.device,
+           lambda: f"opkiln::{op}: devices differ: {features.device} and {rois.device}")
+    _check(pooled_height > 0 and pooled_width > 0,
+           lambda: f"opkiln::{op}: pooled_height and pooled_width must be positive")
+
+
+@_register_fake("opkiln::roi_align")
+def _roi_align_fake(input: Tensor, rois: Tensor, spatial_scale: float, pooled_height: int, pooled_width: int,
+                    sampling_ratio: int, aligned: bool) -> Tensor:
+    _check_roi_align_args(input, rois, pooled_height, pooled_width, "roi_align")
+    _check(input.dim() == 4, lambda: f"opkiln::roi_align: input must have shape [N, C, H, W], got {tuple(input.shape)}")
+    return input.new_empty((rois.shape[0], input.shape[1], pooled_height, pooled_width))
+
+
+@_register_fake("opkiln::_roi_align_backward")
+def _roi_align_backward_fake(grad: Tensor, rois: Tensor, spatial_scale: float, pooled_height: int,
+                             pooled_width: int, sampling_ratio: int, aligned: bool, batch: int, channels: int,
+                             height: int, width: int) -> Tensor:
+    _check_roi_align_args(grad, rois, pooled_height, pooled_width, "_roi_align_backward")
+    _check(grad.shape == (rois.shape[0], channels, pooled_height, pooled_width),
+           lambda: "opkiln::_roi_align_backward: grad must have shape [K, C, pooled_height, pooled_width]")
+    return grad.new_empty((batch, channels, height, width))
+
+
+def _roi_align_setup(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
+    input, rois, spatial_scale, pooled_height, pooled_width, sampling_ratio, aligned = inputs
+    ctx.save_for_backward(rois)
+    ctx.params = (spatial_scale, pooled_height, pooled_width, sampling_ratio, aligned)
+    ctx.input_shape = tuple(input.shape)
+
+
+def _roi_align_backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
+    (rois,) = ctx.saved_tensors
+    grad_input = None
+    if ctx.needs_input_grad[0]:
+        grad_input = torch.ops.opkiln._roi_align_backward.default(grad, rois, *ctx.params, *ctx.input_shape)
+    return grad_input, None, None, None, None, None, None
+
+
+torch.library.register_autograd("opkiln::roi_align", _roi_align_backward, setup_context=_roi_align_setup)
+
+
+def _roi_align_double_backward(ctx: Any, grad: Tensor) -> tuple[None, ...]:
+    # Registered so that a second-order gradient fails loudly instead of silently being zero.
+    raise RuntimeError("opkiln.roi_align: double backward (a gradient of the gradient) is not supported")
+
+
+torch.library.register_autograd(
+    "opkiln::_roi_align_backward", _roi_align_double_backward, setup_context=_no_setup
+)

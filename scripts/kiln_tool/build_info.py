@@ -37,6 +37,18 @@ def op_manifest(schema_files: list[Path], namespace: str = "opkiln") -> list[str
     return sorted(names)
 
 
+def op_bindings(source_dir: Path, ops: list[str] | None = None) -> list[Path]:
+    """The binding source of each op (ops/<op>/binding.cpp: what makes a folder an op, see
+    ops/CMakeLists.txt), sorted; `ops` (the build's list) or every op folder of the tree."""
+    if ops is None:
+        return sorted(source_dir.glob("ops/*/binding.cpp"))
+    paths = [source_dir / "ops" / op / "binding.cpp" for op in sorted(ops)]
+    missing = [str(p) for p in paths if not p.is_file()]
+    if missing:
+        raise ValueError(f"no binding source: {', '.join(missing)}")
+    return paths
+
+
 def source_files(source_dir: Path) -> list[Path]:
     files: list[Path] = []
     for root in SOURCE_ROOTS:
@@ -96,6 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cxx-flags", default="")
     p.add_argument("--cmake-version", default="")
     p.add_argument("--extension-suffix", default="")
+    p.add_argument("--ops", required=True, help="the ops the build found (ops/<op>/binding.cpp), space-separated")
     p.add_argument("--torch-min", default=None, help="stable ABI: the oldest torch the wheel loads on")
     p.add_argument("--cuda", default=None)
     p.add_argument("--nvcc-version", default=None)
@@ -107,7 +120,6 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--abi-mode stable needs --torch-min")
 
     source_dir = args.source_dir.resolve()
-    schema_dir = source_dir / "ops" / ("stable" if args.abi_mode == "stable" else "torch")
     cuda_tag = "cpu" if not args.cuda else "cu" + args.cuda.replace(".", "")
     archs = [a for a in re.split(r"[;, ]+", args.cuda_archs) if a]
     info = {
@@ -130,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         "platform": sys.platform,
         "git_commit": git_commit(source_dir),
         "source_hash": source_hash(source_dir),
-        "ops": op_manifest(sorted(schema_dir.glob("*.cpp"))),
+        "ops": op_manifest(op_bindings(source_dir, args.ops.split())),
         "index_url": args.index_url,
     }
     if args.abi_mode == "stable":

@@ -21,6 +21,7 @@ COMMANDS: dict[str, str] = {
     "index": "index",
     "repro": "repro",
     "torch-abi": "torch_abi",
+    "new-op": "new_op",
 }
 
 

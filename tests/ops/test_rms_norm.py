@@ -182,7 +182,7 @@ def test_cuda_mixed_devices_raise() -> None:
         opkiln.rms_norm(x, w, EPS)
 
 
-# Kernel paths (ops/kernels/cuda/rms_norm.cu), P = 16 bytes / element size:
+# Kernel paths (ops/rms_norm/rms_norm_cuda.cu), P = 16 bytes / element size:
 #   forward "cached" (row held in registers) needs cols % P == 0 and cols / P <= 4096; "looped" here:
 #     (3, 4099), (2, 65536), (1, 70000) for every dtype, and (2, 16384) for fp64;
 #   backward "cached" needs cols / P <= 2048; "looped" (zeroed dw workspace) here: (3, 4099) and

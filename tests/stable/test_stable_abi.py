@@ -22,7 +22,7 @@ from elftools.elf.elffile import ELFFile
 from elftools.elf.gnuversions import GNUVerNeedSection, GNUVerSymSection
 from elftools.elf.sections import SymbolTableSection
 
-from kiln_tool.build_info import op_manifest
+from kiln_tool.build_info import op_bindings, op_manifest
 from kiln_tool.build_metadata import STABLE_ABI_MIN_TORCH
 from kiln_tool.torch_probe import find_torch
 from support.elf_facts import extension_of, read_elf, wheel_text
@@ -47,11 +47,15 @@ def _schemas(path: Path) -> list[str]:
     return sorted(re.findall(r'\bm\.def\(\s*"([^"]+)"', path.read_text()))
 
 
-def test_stable_schemas_are_the_per_torch_schemas() -> None:
-    """python/opkiln/ops.py serves both builds, so the schemas must be the same strings."""
-    stable = _schemas(REPO / "ops" / "stable" / "schema.cpp")
-    assert stable, "ops/stable/schema.cpp defines no op"
-    assert stable == _schemas(REPO / "ops" / "torch" / "schema.cpp")
+def test_each_schema_is_written_once() -> None:
+    """python/opkiln/ops.py serves both builds: each op's schema is written once, in the one binding
+    source (ops/<op>/binding.cpp) that both modes compile, and nowhere else under ops/."""
+    bindings = sorted((REPO / "ops").glob("*/binding.cpp"))
+    assert bindings, "no ops/*/binding.cpp"
+    every = [s for p in sorted((REPO / "ops").rglob("*")) if p.is_file() for s in _schemas(p)]
+    names = [s.split("(")[0] for s in every]
+    assert len(names) == len(set(names)), f"a schema is written twice: {sorted(names)}"
+    assert sorted(every) == sorted(s for p in bindings for s in _schemas(p))
 
 
 def test_wheel_name_metadata_and_build_info(stable_cpu_wheel: Path) -> None:
@@ -68,7 +72,7 @@ def test_wheel_name_metadata_and_build_info(stable_cpu_wheel: Path) -> None:
     assert info["python_tag"] == "cp310-abi3"
     assert info["extension_suffix"] == "abi3"
     assert info["opkiln_version"] == f"{base}+cpu"
-    assert info["ops"] == op_manifest([REPO / "ops" / "torch" / "schema.cpp"])
+    assert info["ops"] == op_manifest(op_bindings(REPO))
     name, _ = extension_of(stable_cpu_wheel)
     assert name == "opkiln/_C.abi3.so"
 

@@ -1,0 +1,184 @@
+// opkiln::roi_align (torchvision's semantics and argument order) and its
+// internal backward opkiln::_roi_align_backward: schemas, argument checks and
+// kernel registrations, for both ABI modes (ops/facade/facade.h). Fake impls
+// and the autograd formula: python/opkiln/ops.py.
+#include <algorithm>
+
+#include "facade/facade.h"
+#include "roi_align/roi_align.h"
+
+namespace opkiln::roi_align_binding {
+using namespace facade;
+
+constexpr std::string_view kOp = "roi_align";
+constexpr std::string_view kBwd = "_roi_align_backward";
+
+// Checks shared by the forward and the backward: the rois and the pooling
+// parameters; `features` is the input (forward) or the output gradient (backward).
+void check_common(const Tensor& features, const Tensor& rois, std::int64_t pooled_height, std::int64_t pooled_width,
+                  DeviceType device, std::string_view op, std::string_view name) {
+  check_same_device(features, rois, op, name, "rois");
+  check_device(features, device, op, name);
+  OPKILN_CHECK(rois.dim() == 2 && rois.size(1) == 5, "opkiln::", op,
+               ": rois must have shape [K, 5] (batch index, x1, y1, x2, y2), got ", sizes(rois));
+  check_same_dtype(features, rois, op, name, "rois");
+  float_kind(features, op, name);
+  OPKILN_CHECK_VALUE(pooled_height > 0 && pooled_width > 0, "opkiln::", op,
+                     ": pooled_height and pooled_width must be positive, got ", pooled_height, " and ", pooled_width);
+}
+
+kernels::RoiAlignGeometry geometry(std::int64_t batch, std::int64_t channels, std::int64_t height, std::int64_t width,
+                                   std::int64_t num_rois, double spatial_scale, std::int64_t pooled_height,
+                                   std::int64_t pooled_width, std::int64_t sampling_ratio, bool aligned) {
+  kernels::RoiAlignGeometry g;
+  g.batch = batch;
+  g.channels = channels;
+  g.height = height;
+  g.width = width;
+  g.rois = num_rois;
+  g.pooled_height = pooled_height;
+  g.pooled_width = pooled_width;
+  g.spatial_scale = spatial_scale;
+  g.sampling_ratio = sampling_ratio;
+  g.aligned = aligned;
+  return g;
+}
+
+// A ValueError naming the first roi whose batch index is not in [0, batch), if any.
+void check_batch_index(const Tensor& rois, std::int64_t first_bad, std::int64_t batch, std::string_view op) {
+  if (first_bad < 0) return;
+  fail(Error::Value, "opkiln::", op, ": rois[", first_bad, ", 0] = ", value_at(rois, first_bad, 0),
+       " is a batch index out of range [0, ", batch, ")");
+}
+
+// Output planes (or input planes) per task: about 16k bilinear samples each.
+std::int64_t plane_grain(std::int64_t plane) { return std::max<std::int64_t>(1, 4096 / std::max<std::int64_t>(1, plane)); }
+
+Tensor forward_cpu(const Tensor& input, const Tensor& rois, double spatial_scale, std::int64_t pooled_height,
+                   std::int64_t pooled_width, std::int64_t sampling_ratio, bool aligned) {
+  check_common(input, rois, pooled_height, pooled_width, DeviceType::CPU, kOp, "input");
+  OPKILN_CHECK(input.dim() == 4, "opkiln::roi_align: input must have shape [N, C, H, W], got ", sizes(input));
+  const Tensor xc = as_contiguous(input);
+  const Tensor rc = as_contiguous(rois);
+  const ScalarKind kind = float_kind(input, kOp, "input");
+  const auto g = geometry(xc.size(0), xc.size(1), xc.size(2), xc.size(3), rc.size(0), spatial_scale, pooled_height,
+                          pooled_width, sampling_ratio, aligned);
+  check_batch_index(rc, kernels::roi_align_first_bad_roi_cpu(kind, rc.const_data_ptr(), g.rois, g.batch), g.batch,
+                    kOp);
+  Tensor out = empty({g.rois, g.channels, pooled_height, pooled_width}, input.scalar_type(), input);
+  const void* px = xc.const_data_ptr();
+  const void* pr = rc.const_data_ptr();
+  void* po = out.mutable_data_ptr();
+  parallel_for(0, g.rois * g.channels, plane_grain(pooled_height * pooled_width),
+               [&](std::int64_t begin, std::int64_t end) {
+                 kernels::roi_align_forward_cpu(kind, g, px, pr, po, begin, end);
+               });
+  return out;
+}
+
+Tensor backward_cpu(const Tensor& grad, const Tensor& rois, double spatial_scale, std::int64_t pooled_height,
+                    std::int64_t pooled_width, std::int64_t sampling_ratio, bool aligned, std::int64_t batch,
+                    std::int64_t channels, std::int64_t height, std::int64_t width) {
+  check_common(grad, rois, pooled_height, pooled_width, DeviceType::CPU, kBwd, "grad");
+  const Sizes expected{{rois.size(0), channels, pooled_height, pooled_width}};
+  OPKILN_CHECK(sizes(grad) == expected, "opkiln::", kBwd, ": grad must have shape [K, C, pooled_height, pooled_width] = ",
+               expected, ", got ", sizes(grad));
+  OPKILN_CHECK_VALUE(batch >= 0 && channels >= 0 && height >= 0 && width >= 0, "opkiln::", kBwd,
+                     ": the input shape must be non-negative, got [", batch, ", ", channels, ", ", height, ", ",
+                     width, "]");
+  const Tensor gc = as_contiguous(grad);
+  const Tensor rc = as_contiguous(rois);
+  const ScalarKind kind = float_kind(grad, kBwd, "grad");
+  const auto g = geometry(batch, channels, height, width, rc.size(0), spatial_scale, pooled_height, pooled_width,
+                          sampling_ratio, aligned);
+  check_batch_index(rc, kernels::roi_align_first_bad_roi_cpu(kind, rc.const_data_ptr(), g.rois, g.batch), g.batch,
+                    kBwd);
+  Tensor grad_input = empty({batch, channels, height, width}, grad.scalar_type(), grad);
+  const void* pg = gc.const_data_ptr();
+  const void* pr = rc.const_data_ptr();
+  void* pgi = grad_input.mutable_data_ptr();
+  parallel_for(0, batch * channels, plane_grain(height * width), [&](std::int64_t begin, std::int64_t end) {
+    kernels::roi_align_backward_cpu(kind, g, pg, pr, pgi, begin, end);
+  });
+  return grad_input;
+}
+
+#if OPKILN_WITH_CUDA
+void check_batch_index_cuda(const Tensor& rois, ScalarKind kind, std::int64_t batch, std::string_view op) {
+  Tensor workspace = empty({static_cast<std::int64_t>(kernels::kRoiAlignCheckWorkspaceBytes)}, ScalarType::Byte, rois);
+  std::int64_t first_bad = -1;
+  check_cuda(kernels::roi_align_first_bad_roi_cuda(kind, rois.const_data_ptr(), rois.size(0), batch,
+                                                   workspace.mutable_data_ptr(), &first_bad, cuda_stream(rois)),
+             op);
+  check_batch_index(rois, first_bad, batch, op);
+}
+
+Tensor forward_cuda(const Tensor& input, const Tensor& rois, double spatial_scale, std::int64_t pooled_height,
+                    std::int64_t pooled_width, std::int64_t sampling_ratio, bool aligned) {
+  check_common(input, rois, pooled_height, pooled_width, DeviceType::CUDA, kOp, "input");
+  OPKILN_CHECK(input.dim() == 4, "opkiln::roi_align: input must have shape [N, C, H, W], got ", sizes(input));
+  const DeviceGuard guard(input);
+  const Tensor xc = as_contiguous(input);
+  const Tensor rc = as_contiguous(rois);
+  const ScalarKind kind = float_kind(input, kOp, "input");
+  const auto g = geometry(xc.size(0), xc.size(1), xc.size(2), xc.size(3), rc.size(0), spatial_scale, pooled_height,
+                          pooled_width, sampling_ratio, aligned);
+  check_batch_index_cuda(rc, kind, g.batch, kOp);
+  Tensor out = empty({g.rois, g.channels, pooled_height, pooled_width}, input.scalar_type(), input);
+  if (out.numel() == 0) return out;
+  check_cuda(kernels::roi_align_forward_cuda(kind, g, xc.const_data_ptr(), rc.const_data_ptr(), out.mutable_data_ptr(),
+                                             cuda_stream(input)),
+             kOp);
+  return out;
+}
+
+Tensor backward_cuda(const Tensor& grad, const Tensor& rois, double spatial_scale, std::int64_t pooled_height,
+                     std::int64_t pooled_width, std::int64_t sampling_ratio, bool aligned, std::int64_t batch,
+                     std::int64_t channels, std::int64_t height, std::int64_t width) {
+  check_common(grad, rois, pooled_height, pooled_width, DeviceType::CUDA, kBwd, "grad");
+  const Sizes expected{{rois.size(0), channels, pooled_height, pooled_width}};
+  OPKILN_CHECK(sizes(grad) == expected, "opkiln::", kBwd, ": grad must have shape [K, C, pooled_height, pooled_width] = ",
+               expected, ", got ", sizes(grad));
+  OPKILN_CHECK_VALUE(batch >= 0 && channels >= 0 && height >= 0 && width >= 0, "opkiln::", kBwd,
+                     ": the input shape must be non-negative, got [", batch, ", ", channels, ", ", height, ", ",
+                     width, "]");
+  const DeviceGuard guard(grad);
+  const Tensor gc = as_contiguous(grad);
+  const Tensor rc = as_contiguous(rois);
+  const ScalarKind kind = float_kind(grad, kBwd, "grad");
+  const auto g = geometry(batch, channels, height, width, rc.size(0), spatial_scale, pooled_height, pooled_width,
+                          sampling_ratio, aligned);
+  check_batch_index_cuda(rc, kind, g.batch, kBwd);
+  Tensor grad_input = empty({batch, channels, height, width}, grad.scalar_type(), grad);
+  if (grad_input.numel() == 0) return grad_input;
+  const std::size_t bytes = kernels::roi_align_backward_cuda_workspace_bytes(kind, g);
+  Tensor workspace = empty({static_cast<std::int64_t>(bytes)}, ScalarType::Byte, grad);
+  check_cuda(kernels::roi_align_backward_cuda(kind, g, gc.const_data_ptr(), rc.const_data_ptr(),
+                                              grad_input.mutable_data_ptr(),
+                                              bytes > 0 ? workspace.mutable_data_ptr() : nullptr, bytes,
+                                              cuda_stream(grad)),
+             kBwd);
+  return grad_input;
+}
+#endif
+
+OPKILN_SCHEMAS(m) {
+  m.def("roi_align(Tensor input, Tensor rois, float spatial_scale, int pooled_height, int pooled_width, "
+        "int sampling_ratio, bool aligned) -> Tensor");
+  m.def("_roi_align_backward(Tensor grad, Tensor rois, float spatial_scale, int pooled_height, int pooled_width, "
+        "int sampling_ratio, bool aligned, int batch, int channels, int height, int width) -> Tensor");
+}
+
+OPKILN_KERNELS(CPU, m) {
+  m.impl("roi_align", OPKILN_KERNEL(forward_cpu));
+  m.impl("_roi_align_backward", OPKILN_KERNEL(backward_cpu));
+}
+
+#if OPKILN_WITH_CUDA
+OPKILN_KERNELS(CUDA, m) {
+  m.impl("roi_align", OPKILN_KERNEL(forward_cuda));
+  m.impl("_roi_align_backward", OPKILN_KERNEL(backward_cuda));
+}
+#endif
+
+}  // namespace opkiln::roi_align_binding

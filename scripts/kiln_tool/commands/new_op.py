@@ -1,0 +1,30 @@
+"""`kiln new-op NAME`: start a new op from the skeleton docs/adding-an-op.md walks through."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+HELP = "write the folder, Python wrapper and test skeletons of a new op (docs/adding-an-op.md)"
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("name", help="the op's name: snake_case, a C++ and Python identifier, not taken")
+    parser.add_argument("--root", type=Path, default=None, help="the checkout to write into (default: this one)")
+
+
+def execute(args: argparse.Namespace) -> int:
+    from ..build_env import REPO_ROOT
+    from ..new_op import NewOpError, plan, write
+
+    root: Path = args.root if args.root is not None else REPO_ROOT
+    try:
+        written = write(plan(args.name, root))
+    except NewOpError as exc:
+        print(f"kiln new-op: {exc}; nothing written", file=sys.stderr)
+        return 2
+    for path in written:
+        print(path.relative_to(root.resolve()))
+    print(f"next: docs/adding-an-op.md, from step 2 (write the kernel of {args.name})")
+    return 0
