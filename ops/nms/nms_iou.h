@@ -6,11 +6,7 @@
 #include <cstdint>
 #include <cstring>
 
-#if defined(__CUDACC__)
-#define OPKILN_HD __host__ __device__ __forceinline__
-#else
-#define OPKILN_HD inline
-#endif
+#include "common/host_device.h"
 
 namespace opkiln::kernels::nms_detail {
 

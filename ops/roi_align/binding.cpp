@@ -51,18 +51,43 @@ void check_batch_index(const Tensor& rois, std::int64_t first_bad, std::int64_t 
        " is a batch index out of range [0, ", batch, ")");
 }
 
+// The forward's checks; returns the geometry of the (contiguous) input and rois.
+kernels::RoiAlignGeometry check_forward(const Tensor& input, const Tensor& rois, double spatial_scale,
+                                        std::int64_t pooled_height, std::int64_t pooled_width,
+                                        std::int64_t sampling_ratio, bool aligned, DeviceType device) {
+  check_common(input, rois, pooled_height, pooled_width, device, kOp, "input");
+  OPKILN_CHECK(input.dim() == 4, "opkiln::roi_align: input must have shape [N, C, H, W], got ", sizes(input));
+  return geometry(input.size(0), input.size(1), input.size(2), input.size(3), rois.size(0), spatial_scale,
+                  pooled_height, pooled_width, sampling_ratio, aligned);
+}
+
+// The backward's checks; returns the geometry of the input it differentiates.
+kernels::RoiAlignGeometry check_backward(const Tensor& grad, const Tensor& rois, double spatial_scale,
+                                         std::int64_t pooled_height, std::int64_t pooled_width,
+                                         std::int64_t sampling_ratio, bool aligned, std::int64_t batch,
+                                         std::int64_t channels, std::int64_t height, std::int64_t width,
+                                         DeviceType device) {
+  check_common(grad, rois, pooled_height, pooled_width, device, kBwd, "grad");
+  const Sizes expected{{rois.size(0), channels, pooled_height, pooled_width}};
+  OPKILN_CHECK(sizes(grad) == expected, "opkiln::", kBwd, ": grad must have shape [K, C, pooled_height, pooled_width] = ",
+               expected, ", got ", sizes(grad));
+  OPKILN_CHECK_VALUE(batch >= 0 && channels >= 0 && height >= 0 && width >= 0, "opkiln::", kBwd,
+                     ": the input shape must be non-negative, got [", batch, ", ", channels, ", ", height, ", ",
+                     width, "]");
+  return geometry(batch, channels, height, width, rois.size(0), spatial_scale, pooled_height, pooled_width,
+                  sampling_ratio, aligned);
+}
+
 // Output planes (or input planes) per task: about 16k bilinear samples each.
 std::int64_t plane_grain(std::int64_t plane) { return std::max<std::int64_t>(1, 4096 / std::max<std::int64_t>(1, plane)); }
 
 Tensor forward_cpu(const Tensor& input, const Tensor& rois, double spatial_scale, std::int64_t pooled_height,
                    std::int64_t pooled_width, std::int64_t sampling_ratio, bool aligned) {
-  check_common(input, rois, pooled_height, pooled_width, DeviceType::CPU, kOp, "input");
-  OPKILN_CHECK(input.dim() == 4, "opkiln::roi_align: input must have shape [N, C, H, W], got ", sizes(input));
+  const auto g = check_forward(input, rois, spatial_scale, pooled_height, pooled_width, sampling_ratio, aligned,
+                               DeviceType::CPU);
   const Tensor xc = as_contiguous(input);
   const Tensor rc = as_contiguous(rois);
   const ScalarKind kind = float_kind(input, kOp, "input");
-  const auto g = geometry(xc.size(0), xc.size(1), xc.size(2), xc.size(3), rc.size(0), spatial_scale, pooled_height,
-                          pooled_width, sampling_ratio, aligned);
   check_batch_index(rc, kernels::roi_align_first_bad_roi_cpu(kind, rc.const_data_ptr(), g.rois, g.batch), g.batch,
                     kOp);
   Tensor out = empty({g.rois, g.channels, pooled_height, pooled_width}, input.scalar_type(), input);
@@ -79,18 +104,11 @@ Tensor forward_cpu(const Tensor& input, const Tensor& rois, double spatial_scale
 Tensor backward_cpu(const Tensor& grad, const Tensor& rois, double spatial_scale, std::int64_t pooled_height,
                     std::int64_t pooled_width, std::int64_t sampling_ratio, bool aligned, std::int64_t batch,
                     std::int64_t channels, std::int64_t height, std::int64_t width) {
-  check_common(grad, rois, pooled_height, pooled_width, DeviceType::CPU, kBwd, "grad");
-  const Sizes expected{{rois.size(0), channels, pooled_height, pooled_width}};
-  OPKILN_CHECK(sizes(grad) == expected, "opkiln::", kBwd, ": grad must have shape [K, C, pooled_height, pooled_width] = ",
-               expected, ", got ", sizes(grad));
-  OPKILN_CHECK_VALUE(batch >= 0 && channels >= 0 && height >= 0 && width >= 0, "opkiln::", kBwd,
-                     ": the input shape must be non-negative, got [", batch, ", ", channels, ", ", height, ", ",
-                     width, "]");
+  const auto g = check_backward(grad, rois, spatial_scale, pooled_height, pooled_width, sampling_ratio, aligned, batch,
+                                channels, height, width, DeviceType::CPU);
   const Tensor gc = as_contiguous(grad);
   const Tensor rc = as_contiguous(rois);
   const ScalarKind kind = float_kind(grad, kBwd, "grad");
-  const auto g = geometry(batch, channels, height, width, rc.size(0), spatial_scale, pooled_height, pooled_width,
-                          sampling_ratio, aligned);
   check_batch_index(rc, kernels::roi_align_first_bad_roi_cpu(kind, rc.const_data_ptr(), g.rois, g.batch), g.batch,
                     kBwd);
   Tensor grad_input = empty({batch, channels, height, width}, grad.scalar_type(), grad);
@@ -115,14 +133,12 @@ void check_batch_index_cuda(const Tensor& rois, ScalarKind kind, std::int64_t ba
 
 Tensor forward_cuda(const Tensor& input, const Tensor& rois, double spatial_scale, std::int64_t pooled_height,
                     std::int64_t pooled_width, std::int64_t sampling_ratio, bool aligned) {
-  check_common(input, rois, pooled_height, pooled_width, DeviceType::CUDA, kOp, "input");
-  OPKILN_CHECK(input.dim() == 4, "opkiln::roi_align: input must have shape [N, C, H, W], got ", sizes(input));
+  const auto g = check_forward(input, rois, spatial_scale, pooled_height, pooled_width, sampling_ratio, aligned,
+                               DeviceType::CUDA);
   const DeviceGuard guard(input);
   const Tensor xc = as_contiguous(input);
   const Tensor rc = as_contiguous(rois);
   const ScalarKind kind = float_kind(input, kOp, "input");
-  const auto g = geometry(xc.size(0), xc.size(1), xc.size(2), xc.size(3), rc.size(0), spatial_scale, pooled_height,
-                          pooled_width, sampling_ratio, aligned);
   check_batch_index_cuda(rc, kind, g.batch, kOp);
   Tensor out = empty({g.rois, g.channels, pooled_height, pooled_width}, input.scalar_type(), input);
   if (out.numel() == 0) return out;
@@ -135,19 +151,12 @@ Tensor forward_cuda(const Tensor& input, const Tensor& rois, double spatial_scal
 Tensor backward_cuda(const Tensor& grad, const Tensor& rois, double spatial_scale, std::int64_t pooled_height,
                      std::int64_t pooled_width, std::int64_t sampling_ratio, bool aligned, std::int64_t batch,
                      std::int64_t channels, std::int64_t height, std::int64_t width) {
-  check_common(grad, rois, pooled_height, pooled_width, DeviceType::CUDA, kBwd, "grad");
-  const Sizes expected{{rois.size(0), channels, pooled_height, pooled_width}};
-  OPKILN_CHECK(sizes(grad) == expected, "opkiln::", kBwd, ": grad must have shape [K, C, pooled_height, pooled_width] = ",
-               expected, ", got ", sizes(grad));
-  OPKILN_CHECK_VALUE(batch >= 0 && channels >= 0 && height >= 0 && width >= 0, "opkiln::", kBwd,
-                     ": the input shape must be non-negative, got [", batch, ", ", channels, ", ", height, ", ",
-                     width, "]");
+  const auto g = check_backward(grad, rois, spatial_scale, pooled_height, pooled_width, sampling_ratio, aligned, batch,
+                                channels, height, width, DeviceType::CUDA);
   const DeviceGuard guard(grad);
   const Tensor gc = as_contiguous(grad);
   const Tensor rc = as_contiguous(rois);
   const ScalarKind kind = float_kind(grad, kBwd, "grad");
-  const auto g = geometry(batch, channels, height, width, rc.size(0), spatial_scale, pooled_height, pooled_width,
-                          sampling_ratio, aligned);
   check_batch_index_cuda(rc, kind, g.batch, kBwd);
   Tensor grad_input = empty({batch, channels, height, width}, grad.scalar_type(), grad);
   if (grad_input.numel() == 0) return grad_input;

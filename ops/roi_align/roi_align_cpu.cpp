@@ -10,107 +10,18 @@
 #include <vector>
 
 #include "common/half_float.h"
+#include "roi_align/roi_align_sampling.h"
 
 namespace opkiln::kernels {
 namespace roi_align_cpu {
 
-// A roi in sampling terms: where its grid starts, the bin and sample steps, the grid size.
-template <typename Acc>
-struct Roi {
-  bool valid = false;
-  std::int64_t batch = 0;
-  Acc y0 = 0, x0 = 0, bin_h = 0, bin_w = 0, step_h = 0, step_w = 0;
-  std::int64_t grid_h = 0, grid_w = 0;
-  Acc count = 1;
-};
-
-constexpr std::int64_t kMaxAdaptiveGrid = 0x7fffffff;
-
-template <typename Acc>
-bool batch_index_valid(Acc v, std::int64_t batch) {
-  // trunc(v) in [0, batch); false for NaN.
-  return v > Acc(-1) && v < static_cast<Acc>(batch);
-}
+using namespace roi_align_sampling;
 
 template <typename T, typename Acc>
 Roi<Acc> load_roi(const T* r, const RoiAlignGeometry& g) {
   using C = cpu::Convert<T>;
-  Roi<Acc> roi;
-  const Acc b = C::load(r[0]);
-  if (!batch_index_valid(b, g.batch) || g.height <= 0 || g.width <= 0) return roi;
-  roi.valid = true;
-  roi.batch = static_cast<std::int64_t>(b);
-  const Acc scale = static_cast<Acc>(g.spatial_scale);
-  const Acc offset = g.aligned ? Acc(0.5) : Acc(0);
-  const Acc x1 = C::load(r[1]) * scale - offset;
-  const Acc y1 = C::load(r[2]) * scale - offset;
-  const Acc x2 = C::load(r[3]) * scale - offset;
-  const Acc y2 = C::load(r[4]) * scale - offset;
-  Acc roi_w = x2 - x1;
-  Acc roi_h = y2 - y1;
-  if (!g.aligned) {
-    roi_w = std::max(roi_w, Acc(1));
-    roi_h = std::max(roi_h, Acc(1));
-  }
-  roi.y0 = y1;
-  roi.x0 = x1;
-  roi.bin_h = roi_h / static_cast<Acc>(g.pooled_height);
-  roi.bin_w = roi_w / static_cast<Acc>(g.pooled_width);
-  // A negative size (aligned rois with x2 < x1) gives an empty grid: output 0. So does a
-  // NaN, infinite or absurd (over 2^31 samples per axis) size, where torchvision's int cast
-  // is undefined.
-  const auto adaptive = [](Acc bin) -> std::int64_t {
-    const Acc n = std::ceil(bin);
-    return n > Acc(0) && n <= Acc(kMaxAdaptiveGrid) ? static_cast<std::int64_t>(n) : 0;
-  };
-  roi.grid_h = g.sampling_ratio > 0 ? g.sampling_ratio : adaptive(roi.bin_h);
-  roi.grid_w = g.sampling_ratio > 0 ? g.sampling_ratio : adaptive(roi.bin_w);
-  roi.step_h = roi.grid_h > 0 ? roi.bin_h / static_cast<Acc>(roi.grid_h) : Acc(0);
-  roi.step_w = roi.grid_w > 0 ? roi.bin_w / static_cast<Acc>(roi.grid_w) : Acc(0);
-  roi.count = static_cast<Acc>(std::max<std::int64_t>(roi.grid_h * roi.grid_w, 1));
-  return roi;
-}
-
-// Four plane offsets and weights of one bilinear sample; valid = false: it reads nothing.
-template <typename Acc>
-struct Sample {
-  bool valid = false;
-  std::int64_t o1 = 0, o2 = 0, o3 = 0, o4 = 0;
-  Acc w1 = 0, w2 = 0, w3 = 0, w4 = 0;
-};
-
-template <typename Acc>
-Sample<Acc> bilinear(std::int64_t height, std::int64_t width, Acc y, Acc x) {
-  Sample<Acc> s;
-  if (!(y >= Acc(-1) && y <= static_cast<Acc>(height) && x >= Acc(-1) && x <= static_cast<Acc>(width))) return s;
-  y = std::max(y, Acc(0));
-  x = std::max(x, Acc(0));
-  std::int64_t y_lo = static_cast<std::int64_t>(y);
-  std::int64_t x_lo = static_cast<std::int64_t>(x);
-  std::int64_t y_hi = y_lo + 1;
-  std::int64_t x_hi = x_lo + 1;
-  if (y_lo >= height - 1) {
-    y_lo = y_hi = height - 1;
-    y = static_cast<Acc>(y_lo);
-  }
-  if (x_lo >= width - 1) {
-    x_lo = x_hi = width - 1;
-    x = static_cast<Acc>(x_lo);
-  }
-  const Acc ly = y - static_cast<Acc>(y_lo);
-  const Acc lx = x - static_cast<Acc>(x_lo);
-  const Acc hy = Acc(1) - ly;
-  const Acc hx = Acc(1) - lx;
-  s.valid = true;
-  s.o1 = y_lo * width + x_lo;
-  s.o2 = y_lo * width + x_hi;
-  s.o3 = y_hi * width + x_lo;
-  s.o4 = y_hi * width + x_hi;
-  s.w1 = hy * hx;
-  s.w2 = hy * lx;
-  s.w3 = ly * hx;
-  s.w4 = ly * lx;
-  return s;
+  return make_roi<Acc>(C::load(r[0]), C::load(r[1]), C::load(r[2]), C::load(r[3]), C::load(r[4]),
+                       static_cast<Acc>(g.spatial_scale), g);
 }
 
 // Calls f(bin, sample) for every bin (ph * PW + pw) and sample of the roi, in the order
@@ -121,10 +32,9 @@ void for_each_sample(const Roi<Acc>& roi, const RoiAlignGeometry& g, F&& f) {
     for (std::int64_t pw = 0; pw < g.pooled_width; ++pw) {
       const std::int64_t bin = ph * g.pooled_width + pw;
       for (std::int64_t iy = 0; iy < roi.grid_h; ++iy) {
-        const Acc y = roi.y0 + static_cast<Acc>(ph) * roi.bin_h + (static_cast<Acc>(iy) + Acc(0.5)) * roi.step_h;
+        const Acc y = sample_y(roi, ph, iy);
         for (std::int64_t ix = 0; ix < roi.grid_w; ++ix) {
-          const Acc x = roi.x0 + static_cast<Acc>(pw) * roi.bin_w + (static_cast<Acc>(ix) + Acc(0.5)) * roi.step_w;
-          f(bin, bilinear(g.height, g.width, y, x));
+          f(bin, bilinear(g.height, g.width, y, sample_x(roi, pw, ix)));
         }
       }
     }

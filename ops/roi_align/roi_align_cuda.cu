@@ -2,6 +2,7 @@
 // (backward, scattering with atomicAdd), grid-stride loops over 64-bit indices.
 #include "roi_align/roi_align.h"
 #include "common/cuda_common.cuh"
+#include "roi_align/roi_align_sampling.h"
 
 #include <type_traits>
 
@@ -17,101 +18,14 @@ struct Shape {
   bool aligned;
 };
 
-template <typename Acc>
-struct Roi {
-  bool valid;
-  std::int64_t batch;
-  Acc y0, x0, bin_h, bin_w, step_h, step_w;
-  std::int64_t grid_h, grid_w;
-  Acc count;
-};
-
-template <typename Acc>
-__device__ __forceinline__ bool batch_index_valid(Acc v, std::int64_t batch) {
-  return v > Acc(-1) && v < static_cast<Acc>(batch);  // trunc(v) in [0, batch); false for NaN
-}
-
-// Samples per axis when sampling_ratio <= 0: ceil(bin); 0 (output 0) for a negative, NaN,
-// infinite or absurd (over 2^31) bin size, where torchvision's int cast is undefined.
-template <typename Acc>
-__device__ __forceinline__ std::int64_t adaptive_grid(Acc bin) {
-  const Acc n = ceil(bin);
-  return n > Acc(0) && n <= Acc(0x7fffffff) ? static_cast<std::int64_t>(n) : 0;
-}
+using namespace roi_align_sampling;
 
 template <typename T>
-__device__ Roi<typename cuda::Convert<T>::Acc> load_roi(const T* r, const Shape& s,
-                                                        typename cuda::Convert<T>::Acc scale) {
+__device__ __forceinline__ Roi<typename cuda::Convert<T>::Acc> load_roi(const T* r, const Shape& s,
+                                                                        typename cuda::Convert<T>::Acc scale) {
   using C = cuda::Convert<T>;
-  using Acc = typename C::Acc;
-  Roi<Acc> roi{};
-  const Acc b = C::load(r[0]);
-  if (!batch_index_valid(b, s.batch) || s.height <= 0 || s.width <= 0) return roi;
-  roi.valid = true;
-  roi.batch = static_cast<std::int64_t>(b);
-  const Acc offset = s.aligned ? Acc(0.5) : Acc(0);
-  const Acc x1 = C::load(r[1]) * scale - offset;
-  const Acc y1 = C::load(r[2]) * scale - offset;
-  const Acc x2 = C::load(r[3]) * scale - offset;
-  const Acc y2 = C::load(r[4]) * scale - offset;
-  Acc roi_w = x2 - x1;
-  Acc roi_h = y2 - y1;
-  if (!s.aligned) {
-    roi_w = roi_w > Acc(1) ? roi_w : Acc(1);
-    roi_h = roi_h > Acc(1) ? roi_h : Acc(1);
-  }
-  roi.y0 = y1;
-  roi.x0 = x1;
-  roi.bin_h = roi_h / static_cast<Acc>(s.pooled_height);
-  roi.bin_w = roi_w / static_cast<Acc>(s.pooled_width);
-  roi.grid_h = s.sampling_ratio > 0 ? s.sampling_ratio : adaptive_grid(roi.bin_h);
-  roi.grid_w = s.sampling_ratio > 0 ? s.sampling_ratio : adaptive_grid(roi.bin_w);
-  roi.step_h = roi.grid_h > 0 ? roi.bin_h / static_cast<Acc>(roi.grid_h) : Acc(0);
-  roi.step_w = roi.grid_w > 0 ? roi.bin_w / static_cast<Acc>(roi.grid_w) : Acc(0);
-  const std::int64_t n = roi.grid_h * roi.grid_w;
-  roi.count = static_cast<Acc>(n > 1 ? n : 1);
-  return roi;
-}
-
-template <typename Acc>
-struct Sample {
-  bool valid;
-  std::int64_t o1, o2, o3, o4;
-  Acc w1, w2, w3, w4;
-};
-
-template <typename Acc>
-__device__ __forceinline__ Sample<Acc> bilinear(std::int64_t height, std::int64_t width, Acc y, Acc x) {
-  Sample<Acc> s{};
-  if (!(y >= Acc(-1) && y <= static_cast<Acc>(height) && x >= Acc(-1) && x <= static_cast<Acc>(width))) return s;
-  y = y > Acc(0) ? y : Acc(0);
-  x = x > Acc(0) ? x : Acc(0);
-  std::int64_t y_lo = static_cast<std::int64_t>(y);
-  std::int64_t x_lo = static_cast<std::int64_t>(x);
-  std::int64_t y_hi = y_lo + 1;
-  std::int64_t x_hi = x_lo + 1;
-  if (y_lo >= height - 1) {
-    y_lo = y_hi = height - 1;
-    y = static_cast<Acc>(y_lo);
-  }
-  if (x_lo >= width - 1) {
-    x_lo = x_hi = width - 1;
-    x = static_cast<Acc>(x_lo);
-  }
-  const Acc ly = y - static_cast<Acc>(y_lo);
-  const Acc lx = x - static_cast<Acc>(x_lo);
-  const Acc hy = Acc(1) - ly;
-  const Acc hx = Acc(1) - lx;
-  s.valid = true;
-  s.o1 = y_lo * width + x_lo;
-  s.o2 = y_lo * width + x_hi;
-  s.o3 = y_hi * width + x_lo;
-  s.o4 = y_hi * width + x_hi;
-  s.w1 = hy * hx;
-  s.w2 = hy * lx;
-  s.w3 = ly * hx;
-  s.w4 = ly * lx;
-  return s;
+  return make_roi<typename C::Acc>(C::load(r[0]), C::load(r[1]), C::load(r[2]), C::load(r[3]), C::load(r[4]),
+                                   scale, s);
 }
 
 template <typename T>
@@ -131,10 +45,9 @@ __global__ void roi_align_forward_kernel(const T* __restrict__ input, const T* _
     if (roi.valid) {
       const T* plane = input + (roi.batch * s.channels + c) * s.height * s.width;
       for (std::int64_t iy = 0; iy < roi.grid_h; ++iy) {
-        const Acc y = roi.y0 + static_cast<Acc>(ph) * roi.bin_h + (static_cast<Acc>(iy) + Acc(0.5)) * roi.step_h;
+        const Acc y = sample_y(roi, ph, iy);
         for (std::int64_t ix = 0; ix < roi.grid_w; ++ix) {
-          const Acc x = roi.x0 + static_cast<Acc>(pw) * roi.bin_w + (static_cast<Acc>(ix) + Acc(0.5)) * roi.step_w;
-          const Sample<Acc> p = bilinear(s.height, s.width, y, x);
+          const Sample<Acc> p = bilinear(s.height, s.width, y, sample_x(roi, pw, ix));
           if (p.valid) {
             sum += p.w1 * C::load(plane[p.o1]) + p.w2 * C::load(plane[p.o2]) + p.w3 * C::load(plane[p.o3]) +
                    p.w4 * C::load(plane[p.o4]);
@@ -166,10 +79,9 @@ __global__ void roi_align_backward_kernel(const T* __restrict__ grad_output, con
     const Acc grad = C::load(grad_output[i]) / roi.count;
     Acc* plane = target + (roi.batch * s.channels + c) * s.height * s.width;
     for (std::int64_t iy = 0; iy < roi.grid_h; ++iy) {
-      const Acc y = roi.y0 + static_cast<Acc>(ph) * roi.bin_h + (static_cast<Acc>(iy) + Acc(0.5)) * roi.step_h;
+      const Acc y = sample_y(roi, ph, iy);
       for (std::int64_t ix = 0; ix < roi.grid_w; ++ix) {
-        const Acc x = roi.x0 + static_cast<Acc>(pw) * roi.bin_w + (static_cast<Acc>(ix) + Acc(0.5)) * roi.step_w;
-        const Sample<Acc> p = bilinear(s.height, s.width, y, x);
+        const Sample<Acc> p = bilinear(s.height, s.width, y, sample_x(roi, pw, ix));
         if (p.valid) {
           atomicAdd(plane + p.o1, grad * p.w1);
           atomicAdd(plane + p.o2, grad * p.w2);

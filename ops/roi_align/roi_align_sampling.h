@@ -1,0 +1,132 @@
+// The sampling geometry of RoIAlign (torchvision's rules), shared by the CPU and CUDA
+// cores so that both place every sample and weigh every bilinear tap identically:
+// where a roi's sample grid lies, how many samples a bin takes, and the four taps of a
+// sample. Plain C++; host/device qualified under nvcc.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "common/host_device.h"
+
+namespace opkiln::kernels::roi_align_sampling {
+
+// A roi in sampling terms: where its grid starts, the bin and sample steps, the grid
+// size; valid = false: its batch index is out of range (or NaN), it reads nothing.
+template <typename Acc>
+struct Roi {
+  bool valid = false;
+  std::int64_t batch = 0;
+  Acc y0 = 0, x0 = 0, bin_h = 0, bin_w = 0, step_h = 0, step_w = 0;
+  std::int64_t grid_h = 0, grid_w = 0;
+  Acc count = 1;
+};
+
+// trunc(v) in [0, batch), as torchvision's int cast of the batch index; false for NaN.
+template <typename Acc>
+OPKILN_HD bool batch_index_valid(Acc v, std::int64_t batch) {
+  return v > Acc(-1) && v < static_cast<Acc>(batch);
+}
+
+// Samples per axis when sampling_ratio <= 0: ceil(bin). 0 (output 0) for a negative size
+// (aligned rois with x2 < x1), and for a NaN, infinite or absurd (over 2^31 samples) one,
+// where torchvision's int cast is undefined.
+template <typename Acc>
+OPKILN_HD std::int64_t adaptive_grid(Acc bin) {
+  const Acc n = std::ceil(bin);
+  return n > Acc(0) && n <= Acc(0x7fffffff) ? static_cast<std::int64_t>(n) : 0;
+}
+
+// max(v, floor) that keeps a NaN (std::max's order): a NaN-sized roi samples nothing.
+template <typename Acc>
+OPKILN_HD Acc at_least(Acc v, Acc floor) { return v < floor ? floor : v; }
+
+// g: any geometry with batch, height, width, pooled_height, pooled_width,
+// sampling_ratio and aligned (RoiAlignGeometry on the CPU, the kernels' copy on CUDA).
+// b, x1, y1, x2, y2: the roi's five values, already converted to Acc.
+template <typename Acc, typename Geometry>
+OPKILN_HD Roi<Acc> make_roi(Acc b, Acc x1, Acc y1, Acc x2, Acc y2, Acc scale, const Geometry& g) {
+  Roi<Acc> roi;
+  if (!batch_index_valid(b, g.batch) || g.height <= 0 || g.width <= 0) return roi;
+  roi.valid = true;
+  roi.batch = static_cast<std::int64_t>(b);
+  const Acc offset = g.aligned ? Acc(0.5) : Acc(0);
+  x1 = x1 * scale - offset;
+  y1 = y1 * scale - offset;
+  x2 = x2 * scale - offset;
+  y2 = y2 * scale - offset;
+  Acc roi_w = x2 - x1;
+  Acc roi_h = y2 - y1;
+  if (!g.aligned) {  // legacy rule: a roi is at least one pixel
+    roi_w = at_least(roi_w, Acc(1));
+    roi_h = at_least(roi_h, Acc(1));
+  }
+  roi.y0 = y1;
+  roi.x0 = x1;
+  roi.bin_h = roi_h / static_cast<Acc>(g.pooled_height);
+  roi.bin_w = roi_w / static_cast<Acc>(g.pooled_width);
+  roi.grid_h = g.sampling_ratio > 0 ? g.sampling_ratio : adaptive_grid(roi.bin_h);
+  roi.grid_w = g.sampling_ratio > 0 ? g.sampling_ratio : adaptive_grid(roi.bin_w);
+  roi.step_h = roi.grid_h > 0 ? roi.bin_h / static_cast<Acc>(roi.grid_h) : Acc(0);
+  roi.step_w = roi.grid_w > 0 ? roi.bin_w / static_cast<Acc>(roi.grid_w) : Acc(0);
+  const std::int64_t n = roi.grid_h * roi.grid_w;
+  roi.count = static_cast<Acc>(n > 1 ? n : 1);
+  return roi;
+}
+
+// The y of sample iy in bin row ph, and the x of sample ix in bin column pw.
+template <typename Acc>
+OPKILN_HD Acc sample_y(const Roi<Acc>& roi, std::int64_t ph, std::int64_t iy) {
+  return roi.y0 + static_cast<Acc>(ph) * roi.bin_h + (static_cast<Acc>(iy) + Acc(0.5)) * roi.step_h;
+}
+template <typename Acc>
+OPKILN_HD Acc sample_x(const Roi<Acc>& roi, std::int64_t pw, std::int64_t ix) {
+  return roi.x0 + static_cast<Acc>(pw) * roi.bin_w + (static_cast<Acc>(ix) + Acc(0.5)) * roi.step_w;
+}
+
+// Four plane offsets and weights of one bilinear sample; valid = false: it reads nothing.
+template <typename Acc>
+struct Sample {
+  bool valid = false;
+  std::int64_t o1 = 0, o2 = 0, o3 = 0, o4 = 0;
+  Acc w1 = 0, w2 = 0, w3 = 0, w4 = 0;
+};
+
+// torchvision's boundary rules: a sample beyond one pixel outside the plane (or NaN)
+// reads nothing; a negative coordinate is clamped to 0; at the last row or column both
+// taps of that axis are the edge pixel.
+template <typename Acc>
+OPKILN_HD Sample<Acc> bilinear(std::int64_t height, std::int64_t width, Acc y, Acc x) {
+  Sample<Acc> s;
+  if (!(y >= Acc(-1) && y <= static_cast<Acc>(height) && x >= Acc(-1) && x <= static_cast<Acc>(width))) return s;
+  y = at_least(y, Acc(0));
+  x = at_least(x, Acc(0));
+  std::int64_t y_lo = static_cast<std::int64_t>(y);
+  std::int64_t x_lo = static_cast<std::int64_t>(x);
+  std::int64_t y_hi = y_lo + 1;
+  std::int64_t x_hi = x_lo + 1;
+  if (y_lo >= height - 1) {
+    y_lo = y_hi = height - 1;
+    y = static_cast<Acc>(y_lo);
+  }
+  if (x_lo >= width - 1) {
+    x_lo = x_hi = width - 1;
+    x = static_cast<Acc>(x_lo);
+  }
+  const Acc ly = y - static_cast<Acc>(y_lo);
+  const Acc lx = x - static_cast<Acc>(x_lo);
+  const Acc hy = Acc(1) - ly;
+  const Acc hx = Acc(1) - lx;
+  s.valid = true;
+  s.o1 = y_lo * width + x_lo;
+  s.o2 = y_lo * width + x_hi;
+  s.o3 = y_hi * width + x_lo;
+  s.o4 = y_hi * width + x_hi;
+  s.w1 = hy * hx;
+  s.w2 = hy * lx;
+  s.w3 = ly * hx;
+  s.w4 = ly * lx;
+  return s;
+}
+
+}  // namespace opkiln::kernels::roi_align_sampling
