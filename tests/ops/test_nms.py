@@ -8,6 +8,15 @@ import torch
 import opkiln
 from support.ops_reference import DEVICES, FLOAT_DTYPES, HAS_CUDA, nms_ref, random_boxes
 
+# What tests/wheels/test_wheel_install.py runs in a fresh venv after `pip install` of each wheel
+# (op name -> a Python expression over torch and opkiln).
+INSTALL_SAMPLES = {
+    "nms": "opkiln.nms(torch.tensor([[0., 0, 10, 10], [1, 1, 10, 10], [20, 20, 30, 30]]),"
+           " torch.tensor([0.9, 0.8, 0.7]), 0.5)",
+    "batched_nms": "opkiln.batched_nms(torch.tensor([[0., 0, 10, 10], [1, 1, 10, 10]]), torch.tensor([0.9, 0.8]),"
+                   " torch.tensor([0, 1]), 0.5)",
+}
+
 
 def _t(rows: list[list[float]], dtype: torch.dtype = torch.float32, device: str = "cpu") -> torch.Tensor:
     return torch.tensor(rows, dtype=dtype, device=device)

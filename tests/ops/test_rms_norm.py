@@ -8,6 +8,10 @@ import torch
 import opkiln
 from support.ops_reference import DEVICES, FLOAT_DTYPES, HAS_CUDA, TOL, rms_norm_grads_ref, rms_norm_ref
 
+# What tests/wheels/test_wheel_install.py runs in a fresh venv after `pip install` of each wheel
+# (op name -> a Python expression over torch and opkiln).
+INSTALL_SAMPLES = {"rms_norm": "opkiln.rms_norm(torch.randn(4, 8), torch.ones(8), 1e-6)"}
+
 EPS = 1e-6
 SHAPES = [(1, 1), (0, 16), (4, 0), (3, 7), (2, 3, 257), (5, 1000), (3, 4099), (2, 8192), (1, 20000), (70000,)]
 

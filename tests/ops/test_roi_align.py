@@ -12,6 +12,11 @@ import opkiln
 from support.ops_reference import DEVICES, FLOAT_DTYPES, HAS_CUDA, TOL
 from support.roi_align_reference import random_rois, roi_align_ref
 
+# What tests/wheels/test_wheel_install.py runs in a fresh venv after `pip install` of each wheel
+# (op name -> a Python expression over torch and opkiln).
+INSTALL_SAMPLES = {"roi_align": "opkiln.roi_align(torch.arange(32.).reshape(1, 2, 4, 4),"
+                                " torch.tensor([[0., 0, 0, 3, 3]]), 1.0, 2, 2, 2, True)"}
+
 # (N, C, H, W, K, pooled_height, pooled_width, spatial_scale)
 CASES = [
     (1, 1, 1, 1, 1, 1, 1, 1.0),

@@ -8,6 +8,10 @@ import torch
 import opkiln
 from support.ops_reference import DEVICES, FLOAT_DTYPES, HAS_CUDA, TOL, weighted_sum_ref
 
+# What tests/wheels/test_wheel_install.py runs in a fresh venv after `pip install` of each wheel
+# (op name -> a Python expression over torch and opkiln).
+INSTALL_SAMPLES = {"weighted_sum": "opkiln.weighted_sum(torch.ones(5), torch.zeros(5), 0.25)"}
+
 SHAPES = [(), (0,), (1,), (7,), (3, 0, 2), (4, 5), (2, 3, 1001), (1_000_003,)]
 
 
