@@ -22,6 +22,7 @@ from elftools.elf.elffile import ELFFile
 from elftools.elf.gnuversions import GNUVerNeedSection, GNUVerSymSection
 from elftools.elf.sections import SymbolTableSection
 
+from kiln_tool.audit.torch_abi import load_recorded, recorded_versions
 from kiln_tool.build_info import op_bindings, op_manifest
 from kiln_tool.build_metadata import STABLE_ABI_MIN_TORCH
 from kiln_tool.torch_probe import find_torch
@@ -148,7 +149,21 @@ def _check_imports_only_stable_shim(wheel: Path, runtime_libs: set[str]) -> set[
     for torch in torches:
         missing = sorted(torch_imports - _exported(Path(torch.lib_dir) / "libtorch_cpu.so"))
         assert not missing, f"torch {torch.version}'s libtorch_cpu.so does not export {missing}"
+    _check_exported_at_the_floor(torch_imports)
     return torch_imports
+
+
+def _check_exported_at_the_floor(torch_imports: set[str]) -> None:
+    """The stable floor (data/matrix.json) is not installed here: its recorded ABI (data/torch_abi, read from
+    its own wheel) must export every shim entry point the library imports, e.g. the fragment registration."""
+    at_floor = [v for v in recorded_versions() if v.split("+")[0].rsplit(".", 1)[0] == STABLE_ABI_MIN_TORCH]
+    assert at_floor, f"no recorded torch ABI for the stable floor {STABLE_ABI_MIN_TORCH} in data/torch_abi"
+    for version in at_floor:
+        record = load_recorded(version)
+        assert record is not None
+        (libtorch_cpu,) = [lib for path, lib in record.libraries.items() if path.endswith("/libtorch_cpu.so")]
+        missing = sorted(s for s in torch_imports if not libtorch_cpu.exports(s, None))
+        assert not missing, f"torch {version} (the stable floor, recorded) does not export {missing}"
 
 
 def test_library_imports_only_the_stable_c_shim(stable_cpu_wheel: Path) -> None:
