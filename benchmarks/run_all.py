@@ -30,6 +30,7 @@ def benchmarks(out: Path, cuda: bool) -> dict[str, list[str]]:
         "build": [py, str(HERE / "bench_build.py"), "--variant", "cpu", "--json", str(out / "build-cpu.json")],
         "audit": [py, str(HERE / "bench_audit.py")],
         "index": [py, str(HERE / "bench_index.py")],
+        "hostile": [py, str(HERE / "bench_hostile.py")],
     }
     if cuda:
         steps["build-cuda"] = [py, str(HERE / "bench_build.py"), "--variant", "cu130", "--archs", "9.0+PTX",
