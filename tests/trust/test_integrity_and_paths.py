@@ -16,15 +16,6 @@ from trust.kiln_runs import kiln, outside, tree
 PUBLISHED = "opkiln-0.1.0+pt213cpu-cp311-cp311-linux_x86_64.whl"
 
 
-@pytest.fixture
-def site(tmp_path: Path) -> Path:
-    out = tmp_path / "site"
-    make_wheel(tmp_path / "dist0")
-    assert kiln("index", tmp_path / "dist0", out).code == 0
-    make_wheel(tmp_path / "dist", version="0.2.0+pt213cpu")
-    return out
-
-
 def _flip_last_byte(path: Path) -> None:
     data = bytearray(path.read_bytes())
     data[-1] ^= 0x01

@@ -11,19 +11,9 @@ from typing import Any
 
 import pytest
 
-from index.synthetic_wheels import make_wheel
 from trust.kiln_runs import kiln, outside, tree
 
 Doc = dict[str, Any]
-
-
-@pytest.fixture
-def site(tmp_path: Path) -> Path:
-    out = tmp_path / "site"
-    make_wheel(tmp_path / "dist0")
-    assert kiln("index", tmp_path / "dist0", out).code == 0
-    make_wheel(tmp_path / "dist", version="0.2.0+pt213cpu")
-    return out
 
 
 def _entry(doc: Doc) -> Doc:
