@@ -70,3 +70,21 @@ def test_findings_are_exactly_the_verified_ones(entry: dict[str, Any], monkeypat
     # Kernel images exactly as cuobjdump lists them, per library with device code.
     manifests = {lib.path: lib.cuda_manifest for lib in artifact.libraries if lib.cuda_manifest is not None}
     assert manifests == entry["cuda_manifests"]
+
+
+def test_kiln_index_refuses_real_third_party_wheels(tmp_path: Path) -> None:
+    """The index publishes only wheels kiln built: real operator wheels from PyPI are refused by name, with
+    exit 2 and one line each, and no site is created (not a traceback, not a half-made site)."""
+    from trust.kiln_runs import kiln
+
+    dist = tmp_path / "dist"
+    dist.mkdir()
+    for entry in WHEELS:
+        wheel = fetch(entry)
+        (dist / wheel.name).symlink_to(wheel)
+    run = kiln("index", dist, tmp_path / "site")
+    assert run.code == 2, run.stdout + run.stderr
+    for entry in WHEELS:
+        assert f"{fetch(entry).name}: no " in run.stderr
+    assert "Traceback" not in run.stderr
+    assert not (tmp_path / "site").exists()

@@ -5,9 +5,12 @@ the site byte for byte as it was, both files named) and is no second copy with t
 from __future__ import annotations
 
 import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from index.synthetic_wheels import make_wheel
 from trust.kiln_runs import kiln, outside, tree
@@ -92,3 +95,47 @@ def test_other_tags_of_one_version_are_other_distributions(site: Path, tmp_path:
     run = kiln("index", tmp_path / "dist", site)
     assert run.code == 0, run.stderr
     assert (site / "wheels" / "opkiln-0.1.0+pt213cpu-cp312-cp312-linux_x86_64.whl").is_file()
+
+
+# Generated spellings of the published distribution: each component varies the ways PEP 503
+# (name case), PEP 440 (leading zeros, trailing zero segments, a leading v, local-version case)
+# and the wheel-name rules (build tag, compressed tag sets that keep the published tag) allow.
+def _any_case(text: str) -> st.SearchStrategy[str]:
+    return st.tuples(*[st.sampled_from(sorted({c.lower(), c.upper()})) for c in text]).map("".join)
+
+
+@st.composite
+def equivalent_filenames(draw: st.DrawFn) -> str:
+    name = draw(_any_case("opkiln"))
+    release = ".".join(draw(st.sampled_from(["", "0", "00"])) + part for part in ("0", "1", "0"))
+    release += ".0" * draw(st.integers(0, 3))
+    prefix = draw(st.sampled_from(["", "v", "V"]))
+    local = draw(_any_case("pt213cpu"))
+    build = draw(st.sampled_from(["", "-1", "-7_rebuild"]))
+    extra = draw(st.lists(st.sampled_from(["manylinux_2_28_x86_64", "manylinux_2_34_x86_64"]), unique=True))
+    platforms = ".".join(draw(st.permutations(["linux_x86_64", *extra])))
+    return f"{name}-{prefix}{release}+{local}{build}-cp311-cp311-{platforms}.whl"
+
+
+@pytest.fixture(scope="module")
+def shared_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One published wheel; every generated run against it is refused, so it never changes."""
+    root = tmp_path_factory.mktemp("identity")
+    make_wheel(root / "dist0")
+    out = root / "site"
+    assert kiln("index", root / "dist0", out).code == 0
+    return out
+
+
+@settings(max_examples=40, derandomize=True, database=None, deadline=None)
+@given(filename=equivalent_filenames())
+def test_no_generated_equivalent_spelling_gets_through(shared_site: Path, filename: str) -> None:
+    before = tree(shared_site)
+    with tempfile.TemporaryDirectory() as tmp:
+        name, version = filename.split("-")[:2]
+        wheel = make_wheel(Path(tmp) / "dist", name=name, version=version, filename=filename,
+                           torch_requirement="torch<2.14,>=2.13.1")  # other bytes than the published wheel
+        run = kiln("index", wheel.parent, shared_site)
+    assert run.code == 1, run.stdout + run.stderr
+    assert filename in run.stderr and PUBLISHED in run.stderr
+    assert tree(shared_site) == before
