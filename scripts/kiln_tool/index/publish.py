@@ -444,11 +444,6 @@ def _audit_all(audit: Auditor, wheels: list[tuple[Path, Path]], say: Callable[[s
         raise AuditRefusedError("\n\n".join(failures))
 
 
-def _small_sha256(path: str) -> str:
-    with open(path, "rb") as fh:
-        return hashlib.sha256(fh.read()).hexdigest()
-
-
 def _check_published_files(out: Path, manifest: Manifest, verify: bool = True) -> None:
     """Every published wheel and its METADATA must be there; with ``verify``, with the bytes the manifest
     records (sha256, streamed). A missing file is a damaged index (exit 2); other bytes are exit 1."""
@@ -469,7 +464,7 @@ def _check_published_files(out: Path, manifest: Manifest, verify: bool = True) -
             elif size is not None and st.st_size != size:
                 altered.append(f"{target} ({st.st_size} bytes, published with {size})")
             elif verify:
-                digest = file_sha256(Path(target))[0] if size is not None else _small_sha256(target)
+                digest = file_sha256(Path(target))[0]
                 expected = entry.sha256 if size is not None else entry.metadata_sha256
                 if digest != expected:
                     altered.append(f"{target} (sha256 {digest}, published with {expected})")
