@@ -28,6 +28,17 @@ __device__ __forceinline__ Roi<typename cuda::Convert<T>::Acc> load_roi(const T*
                                    scale, s);
 }
 
+// Where element i of the [K, C, PH, PW] output (or output gradient) lies.
+struct OutputIndex {
+  std::int64_t k, c, ph, pw;
+};
+
+__device__ __forceinline__ OutputIndex output_index(std::int64_t i, const Shape& s) {
+  const std::int64_t bins = s.pooled_width * s.pooled_height;
+  return {i / (bins * s.channels), (i / bins) % s.channels, (i / s.pooled_width) % s.pooled_height,
+          i % s.pooled_width};
+}
+
 template <typename T>
 __global__ void roi_align_forward_kernel(const T* __restrict__ input, const T* __restrict__ rois,
                                          T* __restrict__ output, Shape s, typename cuda::Convert<T>::Acc scale,
@@ -36,11 +47,9 @@ __global__ void roi_align_forward_kernel(const T* __restrict__ input, const T* _
   using Acc = typename C::Acc;
   const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
   for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) {
-    const std::int64_t pw = i % s.pooled_width;
-    const std::int64_t ph = (i / s.pooled_width) % s.pooled_height;
-    const std::int64_t c = (i / (s.pooled_width * s.pooled_height)) % s.channels;
-    const std::int64_t k = i / (s.pooled_width * s.pooled_height * s.channels);
-    const Roi<Acc> roi = load_roi(rois + k * 5, s, scale);
+    const OutputIndex at = output_index(i, s);
+    const std::int64_t pw = at.pw, ph = at.ph, c = at.c;
+    const Roi<Acc> roi = load_roi(rois + at.k * 5, s, scale);
     Acc sum = 0;
     if (roi.valid) {
       const T* plane = input + (roi.batch * s.channels + c) * s.height * s.width;
@@ -70,11 +79,9 @@ __global__ void roi_align_backward_kernel(const T* __restrict__ grad_output, con
   using Acc = typename C::Acc;
   const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
   for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) {
-    const std::int64_t pw = i % s.pooled_width;
-    const std::int64_t ph = (i / s.pooled_width) % s.pooled_height;
-    const std::int64_t c = (i / (s.pooled_width * s.pooled_height)) % s.channels;
-    const std::int64_t k = i / (s.pooled_width * s.pooled_height * s.channels);
-    const Roi<Acc> roi = load_roi(rois + k * 5, s, scale);
+    const OutputIndex at = output_index(i, s);
+    const std::int64_t pw = at.pw, ph = at.ph, c = at.c;
+    const Roi<Acc> roi = load_roi(rois + at.k * 5, s, scale);
     if (!roi.valid) continue;
     const Acc grad = C::load(grad_output[i]) / roi.count;
     Acc* plane = target + (roi.batch * s.channels + c) * s.height * s.width;
