@@ -37,9 +37,26 @@ function(opkiln_harden target)
     "LINKER:--as-needed"
     "LINKER:--enable-new-dtags"
     "LINKER:--build-id=sha1")
-  set(host_maps
-    "-ffile-prefix-map=${OPKILN_SOURCE_DIR}/=opkiln/"
-    "-ffile-prefix-map=${CMAKE_BINARY_DIR}/=build/")
+  set(host_maps "-ffile-prefix-map=${CMAKE_BINARY_DIR}/=build/")
+  if(OPKILN_TORCH_ROOT)
+    # torch's headers name themselves in __FILE__ (TORCH_CHECK, c10 macros): torch/..., not the build venv.
+    list(APPEND host_maps "-ffile-prefix-map=${OPKILN_TORCH_ROOT}/=torch/")
+  endif()
+  opkiln_harden_compile(${target} PREFIX_MAPS ${host_maps})
+endfunction()
+
+# opkiln_harden_compile(<target> [PREFIX_MAPS <-ffile-prefix-map=...>...])
+#   The compile-side half of opkiln_harden, for object libraries too: position-independent code,
+#   hidden visibility, the source tree mapped out of __FILE__ and debug info (plus PREFIX_MAPS).
+function(opkiln_harden_compile target)
+  cmake_parse_arguments(PARSE_ARGV 1 arg "" "" "PREFIX_MAPS")
+  set_target_properties(${target} PROPERTIES
+    POSITION_INDEPENDENT_CODE ON
+    C_VISIBILITY_PRESET hidden
+    CXX_VISIBILITY_PRESET hidden
+    CUDA_VISIBILITY_PRESET hidden
+    VISIBILITY_INLINES_HIDDEN ON)
+  set(host_maps "-ffile-prefix-map=${OPKILN_SOURCE_DIR}/=opkiln/" ${arg_PREFIX_MAPS})
   target_compile_options(${target} PRIVATE
     "$<$<COMPILE_LANGUAGE:CXX>:${host_maps}>"
     "$<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=$<JOIN:${host_maps},,>>")

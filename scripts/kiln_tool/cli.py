@@ -22,6 +22,10 @@ COMMANDS: dict[str, str] = {
     "repro": "repro",
     "torch-abi": "torch_abi",
     "new-op": "new_op",
+    "torch-runtime": "torch_runtime",
+    "cibuildwheel": "cibuildwheel",
+    "release": "release",
+    "release-rehearsal": "release_rehearsal",
 }
 
 

@@ -33,7 +33,19 @@ class ArtifactContext:
     resolver: Resolver
     extra_exports: tuple[str, ...] = ()
     gpu: CudaArch | None = None
+    release: ReleaseRule | None = None
     libraries: list[LibraryContext] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ReleaseRule:
+    """`kiln audit --release`: a release wheel is tagged at the release floor (data/matrix.json
+    manylinux_floor), never above it, so it installs wherever torch does. `standin_tag` (a stand-in
+    base's run, OPKILN_STANDIN_MANYLINUX): the one tag that base can give, asserted instead; such a
+    wheel is never a release wheel."""
+
+    floor: tuple[int, int]
+    standin_tag: str | None = None
 
 
 @dataclass

@@ -10,7 +10,7 @@ from pathlib import Path
 from . import inputs
 from .archs import gpu_runs, parse_arch_list, parse_gpu
 from .checks import abi, build_paths, cuda, exports, hardening, registration, symbols, wheel
-from .context import ArtifactContext, LibraryContext
+from .context import ArtifactContext, LibraryContext, ReleaseRule
 from .elf import CORRUPT_ELF_ERRORS, ElfInvalid, ElfLibrary
 from .errors import AuditInputError
 from .policy import (
@@ -41,6 +41,7 @@ class AuditOptions:
     extra_exports: tuple[str, ...] = ()
     gpu: str | None = None  # "sm_90": say whether that GPU can run each library's device code
     torch_version: str | None = None  # audit against this torch (installed or recorded), e.g. "2.14.1+cu130"
+    release: ReleaseRule | None = None  # --release: tagged at the release floor (or the stand-in's one tag)
 
 
 def _host_arch() -> str:
@@ -217,7 +218,8 @@ class _Auditor:
             artifact = ArtifactContext(label=str(path), wheel=whl, build_info=info, policy=policy,
                                        policy_reason=reason, base_policy=self.base, arch=arch, torch=torch,
                                        torch_problem=problem, archs=archs, resolver=resolver,
-                                       extra_exports=self.options.extra_exports, gpu=self.gpu)
+                                       extra_exports=self.options.extra_exports, gpu=self.gpu,
+                                       release=self.options.release)
             report = ArtifactReport(path=str(path), kind="wheel", target=_target_summary(artifact))
             _audit_libraries(artifact, members, opened, report)
             self._wheel_checks(artifact, report)

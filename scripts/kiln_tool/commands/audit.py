@@ -6,6 +6,10 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from kiln_tool.audit.context import ReleaseRule
 
 HELP = "audit wheels and .so files (ELF hardening, symbols, policy, CUDA archs, RECORD); exit 1 on errors"
 
@@ -29,15 +33,49 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gpu", default=None, metavar="sm_XY",
                         help="say whether a GPU of this compute capability can run each library's device code "
                         "(SASS for it, or PTX at or below it for the driver to JIT)")
+    parser.add_argument("--release", action="store_true",
+                        help="hold wheels to the release rules: every platform tag at the release floor "
+                        "(data/matrix.json manylinux_floor), never above it. In a stand-in base's run "
+                        "(OPKILN_STANDIN_MANYLINUX=TAG, set by kiln cibuildwheel) the wheel must carry exactly "
+                        "that base's tag instead, and is said not to be a release wheel")
     parser.add_argument("--verbose", action="store_true", help="list every passed check instead of one line per "
                         "library")
+
+
+STANDIN_ENV = "OPKILN_STANDIN_MANYLINUX"
+
+
+def release_rule() -> ReleaseRule:
+    """The release floor from data/matrix.json; the stand-in's one tag from $OPKILN_STANDIN_MANYLINUX."""
+    import os
+    import re
+
+    from kiln_tool.audit.context import ReleaseRule
+    from kiln_tool.matrix_data import load_matrix
+
+    floor = str(load_matrix().get("manylinux_floor", ""))
+    match = re.fullmatch(r"manylinux_(\d+)_(\d+)", floor)
+    if not match:
+        raise ValueError(f"data/matrix.json manylinux_floor {floor!r} is not like manylinux_2_28")
+    standin = os.environ.get(STANDIN_ENV, "").strip() or None
+    if standin is not None and not re.fullmatch(r"manylinux_\d+_\d+", standin):
+        raise ValueError(f"{STANDIN_ENV}={standin!r} is not like manylinux_2_34")
+    if standin is not None:
+        print(f"kiln audit: STAND-IN run ({STANDIN_ENV}={standin}): wheels must carry that tag; "
+              f"none of them is a release wheel (the release floor is {floor})", file=sys.stderr)
+    return ReleaseRule(floor=(int(match.group(1)), int(match.group(2))), standin_tag=standin)
 
 
 def execute(args: argparse.Namespace) -> int:
     from kiln_tool.audit import AuditInputError, AuditOptions, audit_paths
 
+    try:
+        release = release_rule() if args.release else None
+    except ValueError as exc:
+        print(f"kiln audit: {exc}", file=sys.stderr)
+        return 2
     options = AuditOptions(torch_lib=args.torch_lib, cuda_archs=args.cuda_archs, policy=args.policy, gpu=args.gpu,
-                           torch_version=args.torch_version)
+                           torch_version=args.torch_version, release=release)
     try:
         report = audit_paths(list(args.paths), options)
     except AuditInputError as exc:

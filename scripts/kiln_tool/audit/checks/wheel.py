@@ -135,7 +135,7 @@ def check_wheel_tag(artifact: ArtifactContext) -> list[CheckResult]:
         if floor is not None and glibc is not None and glibc < floor:
             below.append(f"platform tag {tag} is below manylinux_{floor[0]}_{floor[1]}, the floor of "
                          f"{floor_source}: pip would install it where torch itself cannot run")
-    results = []
+    results = _release_results(artifact, wheel)
     if below:
         results.append(failed("wheel-tag", f"{wheel.path.name}: " + "; ".join(below) + ".",
                               "repair with auditwheel --plat at or above torch's own manylinux tag.", "below-floor"))
@@ -154,6 +154,37 @@ def check_wheel_tag(artifact: ArtifactContext) -> list[CheckResult]:
         return results
     suffix = f" ({'; '.join(notes)})" if notes else ""
     return [passed("wheel-tag", f"tags, version, torch pin and binaries agree{suffix}"), *results]
+
+
+def _release_results(artifact: ArtifactContext, wheel: Wheel) -> list[CheckResult]:
+    """--release: every manylinux tag at the release floor, or exactly the stand-in base's one tag."""
+    rule = artifact.release
+    if rule is None:
+        return []
+    tags = wheel.name.platform_tags
+    floor = f"manylinux_{rule.floor[0]}_{rule.floor[1]}"
+    if rule.standin_tag is not None:
+        expected = {f"{rule.standin_tag}_{artifact.arch}"}
+        if set(tags) != expected:
+            return [failed("wheel-tag", f"{wheel.path.name}: built in a STAND-IN base that gives "
+                           f"{rule.standin_tag}, but the wheel is tagged {'.'.join(tags)}.",
+                           "repair with kiln repair in the same image; data/containers.json names the tag "
+                           "its base gives.", "standin-tag")]
+        return [passed("wheel-tag", f"STAND-IN run: tagged {rule.standin_tag} as its base (glibc) gives, not "
+                       f"the release floor {floor}; not a release wheel")]
+    above = []
+    for tag in tags:
+        claim = manylinux_policy_of_tag(tag)
+        glibc = glibc_of_policy_name(claim[0]) if claim else None
+        if glibc is None or glibc > rule.floor:
+            above.append(tag)
+    if above:
+        return [failed("wheel-tag", f"{wheel.path.name}: a release wheel must be tagged at the release floor "
+                       f"{floor} (data/matrix.json manylinux_floor), so it installs wherever torch does; "
+                       f"it is tagged {', '.join(above)}.",
+                       f"build in the {floor} image (docker/Dockerfile on data/matrix.json's manylinux_base) "
+                       "and repair with kiln repair.", "above-release-floor")]
+    return [passed("wheel-tag", f"release: tagged at or below the release floor {floor}")]
 
 
 def _pin_problems(requirement: str, build_torch: str, abi_mode: str, torch_min: str | None) -> list[str]:

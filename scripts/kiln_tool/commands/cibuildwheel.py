@@ -1,0 +1,118 @@
+"""kiln cibuildwheel: the wheels of the local combinations, made by cibuildwheel in containers (docs/containers.md).
+
+    kiln cibuildwheel                         cp311 x {CPU torch 2.13.0, cu130 torch 2.14.1}: build, repair,
+                                              audit (--release) and the test-command, each in its container
+    kiln cibuildwheel --variant cpu           one of them
+    kiln cibuildwheel --base standin          never try to pull the real manylinux_2_28 image
+
+It starts what it needs (docker.io, dockerd without a bridge network), builds the base (the real
+image where it can be pulled, else the STAND-IN) and docker/Dockerfile on it, then runs cibuildwheel
+with pyproject.toml's [tool.cibuildwheel]. Wheels land in OUT with summary.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+HELP = "build the local combinations' wheels with cibuildwheel in manylinux (or stand-in) containers"
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--variant", action="append", dest="variants", metavar="VARIANT",
+                        help="cpu or cu130 (a local combination of data/matrix.json); repeatable; default: all")
+    parser.add_argument("--python", action="append", dest="pythons", metavar="X.Y",
+                        help="CPython of the wheels (default: each local combination's own); repeatable: "
+                        "more wheels in one container run")
+    parser.add_argument("--base", choices=("auto", "real", "standin"), default="auto",
+                        help="auto: the real manylinux_2_28 image where it can be pulled, else the stand-in")
+    parser.add_argument("--out", type=Path, default=Path("wheelhouse"), metavar="DIR",
+                        help="where the wheels go (default: %(default)s)")
+    parser.add_argument("--skip-tests", action="store_true", help="build, repair and audit only")
+    parser.add_argument("--keep-engine", action="store_true",
+                        help="leave a dockerd this run started running (default: end it)")
+
+
+def wheel_facts(path: Path) -> dict[str, Any]:
+    from packaging.utils import parse_wheel_filename
+
+    _, version, _, tags = parse_wheel_filename(path.name)
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    return {"name": path.name, "version": str(version), "tags": sorted(str(t) for t in tags),
+            "size": path.stat().st_size, "sha256": digest}
+
+
+def execute(args: argparse.Namespace) -> int:
+    from kiln_tool.containers.cibw import host_arch, job_for, run_cibuildwheel
+    from kiln_tool.containers.engine import STATE_DIR, ContainerError, ensure_engine, stop_engine
+    from kiln_tool.containers.images import ensure_base
+    from kiln_tool.matrix_data import MatrixError
+    from kiln_tool.matrix_data import load as load_matrix
+
+    started = time.monotonic()
+    try:
+        matrix = load_matrix()
+        variants = args.variants or [s.cuda for s in matrix.local]
+        arch = host_arch()
+        plans = []
+        for variant in variants:
+            spec = next((s for s in matrix.local if s.cuda == variant), None)
+            if spec is None:
+                raise ContainerError(f"--variant {variant}: not a local combination of data/matrix.json "
+                                     f"({', '.join(s.cuda for s in matrix.local)})")
+            pythons = tuple(args.pythons or [spec.python])
+            plans.append((job_for(variant, pythons[0], arch), pythons))
+    except (ContainerError, MatrixError) as exc:
+        print(f"kiln cibuildwheel: {exc}", file=sys.stderr)
+        return 2
+    engine = None
+    summary: dict[str, Any] = {"schema": 1, "runs": []}
+    try:
+        engine = ensure_engine()
+        base = ensure_base(engine, args.base, arch)
+        summary["base"] = {"image": base.image, "standin": base.standin is not None, "describe": base.describe()}
+        if base.standin is not None:
+            summary["base"].update(glibc=base.standin.glibc, manylinux_tag=base.standin.manylinux_tag)
+        STATE_DIR.mkdir(parents=True, exist_ok=True)
+        args.out.mkdir(parents=True, exist_ok=True)
+        for job, pythons in plans:
+            log = args.out / f"cibuildwheel-{job.name}.log"
+            log.write_text("")
+            print(f"kiln cibuildwheel: {job.name} ({', '.join(pythons)}) on {base.describe()}; log {log}",
+                  flush=True)
+            run = run_cibuildwheel(engine, base, job, args.out, log=log, skip_tests=args.skip_tests,
+                                   pythons=pythons, torch_index=_torch_index(base))
+            facts = [wheel_facts(w) for w in run.wheels]
+            summary["runs"].append({"job": job.name, "identifiers": list(run.identifiers), "image": run.image,
+                                    "seconds": round(run.seconds, 1), "wheels": facts,
+                                    "phases": [{"identifier": i, "phase": p, "seconds": round(s, 1)}
+                                               for i, p, s in run.phases]})
+            for fact in facts:
+                print(f"kiln cibuildwheel: {fact['name']} ({fact['size']} bytes, sha256 {fact['sha256']})")
+            for identifier, phase, seconds in run.phases:
+                print(f"kiln cibuildwheel:   {identifier} {phase}: {seconds:.0f} s")
+    except ContainerError as exc:
+        print(f"kiln cibuildwheel: {exc}", file=sys.stderr)
+        return exc.exit_code
+    finally:
+        if engine is not None and not args.keep_engine:
+            stop_engine(engine)
+    summary["seconds"] = round(time.monotonic() - started, 1)
+    (args.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    note = f" {summary['base']['describe']}." if summary["base"]["standin"] else ""
+    print(f"kiln cibuildwheel: {sum(len(r['wheels']) for r in summary['runs'])} wheel(s) in {args.out} "
+          f"in {summary['seconds']:.0f} s.{note}")
+    return 0
+
+
+def _torch_index(base: Any) -> str | None:
+    """The stand-in's torch index: PyPI plus this machine's package sources (download.pytorch.org is not
+    reachable here; pip prefers the local builds, e.g. 2.13.0+cpu). None: the matrix's own index."""
+    if base.standin is None:
+        return None
+    return "https://pypi.org/simple"

@@ -1,0 +1,103 @@
+"""kiln release-rehearsal: release.yml's release path on the cibuildwheel wheels, then installs as a user would.
+
+    kiln release-rehearsal [--wheels wheelhouse] [--work build/rehearsal]
+
+Needs the wheels of `kiln cibuildwheel` (make cibuildwheel). Serves the published site on
+127.0.0.1, runs `kiln release` onto it, installs each wheel's combination with pip and with uv in a
+fresh container without build tools, calls every op, then rebuilds the CPU wheel (another
+SOURCE_DATE_EPOCH) and checks that the release path refuses it and leaves the site as it was.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+HELP = "rehearse a release: kiln release onto a site served on 127.0.0.1, then pip/uv installs in fresh containers"
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--wheels", type=Path, default=Path("wheelhouse"), metavar="DIR",
+                        help="the wheels of kiln cibuildwheel (default: %(default)s)")
+    parser.add_argument("--work", type=Path, default=Path("build/rehearsal"), metavar="DIR",
+                        help="the rehearsal's sites, rebuilt wheel, logs and summary.json (default: %(default)s)")
+    parser.add_argument("--base", choices=("auto", "real", "standin"), default="auto",
+                        help="the images to install in and rebuild with (as for kiln cibuildwheel)")
+    parser.add_argument("--keep-engine", action="store_true", help="leave a dockerd this run started running")
+
+
+def _uv() -> Path | None:
+    beside = Path(sys.executable).parent / "uv"
+    if beside.is_file():
+        return beside
+    found = shutil.which("uv")
+    return Path(found) if found else None
+
+
+def execute(args: argparse.Namespace) -> int:
+    from kiln_tool.commands.audit import STANDIN_ENV
+    from kiln_tool.containers.cibw import host_arch, job_for, run_cibuildwheel
+    from kiln_tool.containers.engine import ContainerError, ensure_engine, stop_engine
+    from kiln_tool.containers.images import ensure_base
+    from kiln_tool.containers.rehearsal import rehearse
+    from kiln_tool.epoch import source_date_epoch
+
+    wheels = sorted(args.wheels.glob("*.whl"))
+    if not wheels:
+        print(f"kiln release-rehearsal: no wheel in {args.wheels}: run `make cibuildwheel` first", file=sys.stderr)
+        return 2
+    uv = _uv()
+    if uv is None:
+        print("kiln release-rehearsal: no uv here (requirements/dev.txt pins it: make venv)", file=sys.stderr)
+        return 2
+    started = time.monotonic()
+    engine = None
+    try:
+        engine = ensure_engine()
+        base = ensure_base(engine, args.base, host_arch())
+        if base.standin is not None:
+            os.environ[STANDIN_ENV] = base.standin.manylinux_tag
+            print(f"kiln release-rehearsal: {base.describe()}: the release audit asserts that tag")
+        work = args.work.resolve()
+        if work.exists():
+            shutil.rmtree(work)
+        work.mkdir(parents=True)
+        log = work / "rehearsal.log"
+        rebuilt = work / "rebuilt"
+        cpu = next((w for w in wheels if "cpu-" in w.name), None)
+        if cpu is None:
+            raise ContainerError(f"no CPU wheel in {args.wheels} to rebuild")
+        print("kiln release-rehearsal: rebuilding the CPU wheel with another SOURCE_DATE_EPOCH (other bytes, "
+              "the same name)", flush=True)
+        python_tag = cpu.name.split("-")[2]  # cp311
+        python = f"{python_tag[2]}.{python_tag[3:]}"
+        rebuild = run_cibuildwheel(engine, base, job_for("cpu", python, host_arch()), rebuilt,
+                                   log=work / "rebuild.log", skip_tests=True, pythons=(python,),
+                                   extra_env={"SOURCE_DATE_EPOCH": str(int(source_date_epoch()) + 86400)})
+        if [w.name for w in rebuild.wheels] != [cpu.name]:
+            raise ContainerError(f"the rebuild made {[w.name for w in rebuild.wheels]}, not {cpu.name}")
+        if rebuild.wheels[0].read_bytes() == cpu.read_bytes():
+            raise ContainerError("the rebuilt wheel has the same bytes; it would not test the refusal")
+        staged = work / "release-wheels"
+        staged.mkdir()
+        for wheel in wheels:
+            shutil.copy2(wheel, staged / wheel.name)
+        summary = rehearse(engine, base, staged, rebuilt, work / "sites", uv, log)
+        summary["rebuild_seconds"] = round(rebuild.seconds, 1)
+        summary["seconds"] = round(time.monotonic() - started, 1)
+        summary["base"] = base.describe()
+        (work / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    except ContainerError as exc:
+        print(f"kiln release-rehearsal: {exc}", file=sys.stderr)
+        return exc.exit_code
+    finally:
+        if engine is not None and not args.keep_engine:
+            stop_engine(engine)
+    print(f"kiln release-rehearsal: passed in {summary['seconds']:.0f} s ({summary['base']}); "
+          f"{work / 'summary.json'}")
+    return 0

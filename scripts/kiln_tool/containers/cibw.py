@@ -1,0 +1,199 @@
+"""cibuildwheel with the project's own [tool.cibuildwheel] configuration, in the build image of one variant.
+
+Only what a GitHub job sets per job is set here (wheels.yml): the build identifiers, the image,
+the OPKILN_* values of the matrix entry, CCACHE_DIR and SOURCE_DATE_EPOCH. What differs from the
+GitHub run is said on every run: the base (the stand-in where the real image cannot be pulled),
+the torch index (this machine's package sources instead of download.pytorch.org, which is not
+reachable here) and the containers' network (the host's; no bridge network exists here).
+
+cibuildwheel copies its whole working directory into the container, so it runs on a clean export
+of the repository (tracked and not-ignored files only), never on a tree with venvs and builds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform as _platform
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..build_env import REPO_ROOT
+from ..epoch import source_date_epoch
+from ..matrix_data import MatrixJob, build_jobs, github_entry, select_jobs
+from ..matrix_data import load as load_matrix
+from .engine import STATE_DIR, ContainerError, Engine
+from .images import Base, ensure_build_image
+
+CCACHE_HOST_DIR = Path(os.environ.get("OPKILN_CONTAINER_CCACHE", STATE_DIR.parent / "ccache-containers"))
+HOST_MOUNT = "/host"  # cibuildwheel mounts the host's / here
+# Lines cibuildwheel prints when a step of a build starts (4.3.5, platforms/linux.py).
+_PHASES = (
+    ("before-build", re.compile(r"Running before_build")),
+    ("build", re.compile(r"Building wheel\.\.\.")),
+    ("repair", re.compile(r"Repairing wheel\.\.\.")),
+    ("before-test", re.compile(r"Running before_test")),
+    ("test", re.compile(r"Testing wheel\.\.\.")),
+    ("done", re.compile(r"✓ .* finished in|Build finished|took \d")),
+)
+_IDENTIFIER = re.compile(r"Building (cp\d+-manylinux_\w+) wheel")
+
+
+@dataclass
+class CibwRun:
+    job: str
+    identifiers: tuple[str, ...]
+    image: str
+    base: Base
+    wheels: list[Path] = field(default_factory=list)
+    phases: list[tuple[str, str, float]] = field(default_factory=list)
+    """(identifier, phase, seconds)"""
+    seconds: float = 0.0
+    log: Path | None = None
+
+
+def export_tree(dest: Path, source: Path = REPO_ROOT) -> Path:
+    """Copy the tracked and not-ignored files of `source` (the working tree, uncommitted edits included)."""
+    proc = subprocess.run(["git", "-C", str(source), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                          capture_output=True, check=True)
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in sorted(set(proc.stdout.decode().split("\0")) - {""}):
+        src = source / name
+        if not src.exists() and not src.is_symlink():
+            continue  # deleted in the working tree
+        target = dest / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if src.is_symlink():
+            target.symlink_to(src.readlink())
+        else:
+            shutil.copy2(src, target)
+    return dest
+
+
+def host_pip_sources() -> dict[str, str]:
+    """This machine's pip package sources (find-links, extra indexes), as a container sees them under /host."""
+    proc = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True)
+    values: dict[str, str] = {}
+    for line in proc.stdout.splitlines():
+        key, _, value = line.partition("=")
+        value = value.strip().strip("'\"")
+        name = key.rsplit(".", 1)[-1]
+        if name in ("find-links", "extra-index-url") and value:
+            values[name] = value
+    env: dict[str, str] = {}
+    for name, value in values.items():
+        mapped = []
+        for item in value.split():
+            if item.startswith("file://"):
+                mapped.append("file://" + HOST_MOUNT + item[len("file://"):])
+            elif item.startswith("/"):
+                mapped.append(HOST_MOUNT + item)
+            else:
+                mapped.append(item)
+        env["PIP_" + name.upper().replace("-", "_")] = " ".join(mapped)
+    return env
+
+
+def job_for(variant: str, python: str, arch: str) -> MatrixJob:
+    """The matrix job of the local combination `variant` (cpu, cu130) for one Python."""
+    matrix = load_matrix()
+    local = [s for s in matrix.local if s.cuda == variant]
+    if not local:
+        raise ContainerError(f"no local combination of data/matrix.json builds {variant}")
+    torch = local[0].torch
+    jobs = [j for j in build_jobs(matrix, "torch", (arch,)) if j.torch == torch and j.variant == variant]
+    selected = select_jobs(jobs, None, python)
+    if not selected:
+        raise ContainerError(f"data/matrix.json has no job for torch {torch} {variant} {arch} with Python {python}")
+    return selected[0]
+
+
+def run_cibuildwheel(engine: Engine, base: Base, job: MatrixJob, out: Path, *, log: Path,
+                     skip_tests: bool = False, extra_env: dict[str, str] | None = None,
+                     cibuildwheel: Path | None = None, pythons: tuple[str, ...] | None = None,
+                     torch_index: str | None = None) -> CibwRun:
+    arch = job.platform
+    matrix = load_matrix()
+    entry = github_entry(matrix, job)
+    image = ensure_build_image(engine, base, job.variant, arch, log=log)
+    identifiers = tuple(i for i in job.identifiers
+                        if pythons is None or i.split("-")[0] in {"cp" + p.replace(".", "") for p in pythons})
+    CCACHE_HOST_DIR.mkdir(parents=True, exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CIBW_", "OPKILN_", "PIP_"))}
+    env.update({
+        "CIBW_BUILD": " ".join(identifiers),
+        "CIBW_ARCHS": arch,
+        f"CIBW_MANYLINUX_{arch.upper()}_IMAGE": image,
+        # No bridge network here; cpu-shares keep a desktop responsive (nice does not reach containers).
+        "CIBW_CONTAINER_ENGINE": "docker; create_args: --network=host --cpu-shares=512",
+        "OPKILN_TORCH_VERSION": entry["torch"],
+        "OPKILN_TORCH_INDEX": torch_index or entry["torch_index"],
+        "OPKILN_VARIANT": entry["opkiln_variant"],
+        "OPKILN_ABI_MODE": entry["mode"],
+        "CCACHE_DIR": f"{HOST_MOUNT}{CCACHE_HOST_DIR}",
+        "SOURCE_DATE_EPOCH": source_date_epoch(),
+        "DOCKER_BUILDKIT": "0",
+    })
+    if skip_tests:
+        env["CIBW_TEST_SKIP"] = "*"
+    if base.standin is not None:
+        env["OPKILN_STANDIN_MANYLINUX"] = base.standin.manylinux_tag
+        env.update(host_pip_sources())
+    env.update(extra_env or {})
+    exe = [str(cibuildwheel)] if cibuildwheel else [sys.executable, "-m", "cibuildwheel"]
+    run = CibwRun(job=job.name, identifiers=identifiers, image=image, base=base, log=log)
+    out.mkdir(parents=True, exist_ok=True)
+    before = set(out.glob("*.whl"))
+    with tempfile.TemporaryDirectory(dir=STATE_DIR, prefix="cibw-project-") as tmp:
+        project = export_tree(Path(tmp) / "opkiln")
+        cmd = [*exe, "--platform", "linux", "--output-dir", str(out.resolve()), str(project)]
+        shown = {k: env[k] for k in sorted(env) if k.startswith(("CIBW_", "OPKILN_", "PIP_", "CCACHE_"))}
+        with log.open("a") as fh:
+            fh.write(f"$ {' '.join(cmd)}\n{json.dumps(shown, indent=2)}\n")
+        started = time.monotonic()
+        _stream(cmd, env, project, log, run, started)
+        run.seconds = time.monotonic() - started
+    run.wheels = sorted(set(out.glob("*.whl")) - before)
+    if len(run.wheels) != len(identifiers):
+        raise ContainerError(f"cibuildwheel made {len(run.wheels)} wheel(s) for {len(identifiers)} identifier(s) "
+                             f"({', '.join(identifiers)}); see {log}")
+    return run
+
+
+def _stream(cmd: list[str], env: dict[str, str], cwd: Path, log: Path, run: CibwRun, started: float) -> None:
+    current: tuple[str, str, float] | None = None
+    identifier = run.identifiers[0] if run.identifiers else "?"
+    with log.open("a") as fh:
+        proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, text=True, errors="replace")
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            now = time.monotonic()
+            fh.write(f"[{now - started:8.1f}] {line}")
+            found = _IDENTIFIER.search(line)
+            if found:
+                identifier = found.group(1)
+            for phase, pattern in _PHASES:
+                if pattern.search(line):
+                    if current is not None:
+                        run.phases.append((current[0], current[1], now - current[2]))
+                    current = (identifier, phase, now) if phase != "done" else None
+                    if phase != "done":
+                        print(f"containers: [{now - started:6.0f} s] {identifier}: {phase}", flush=True)
+                    break
+        rc = proc.wait()
+    if current is not None:
+        run.phases.append((current[0], current[1], time.monotonic() - current[2]))
+    if rc != 0:
+        tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:])
+        raise ContainerError(f"cibuildwheel failed (exit {rc}); the end of {log}:\n{tail}")
+
+
+def host_arch() -> str:
+    return _platform.machine()

@@ -1,0 +1,150 @@
+"""The container engine: Debian's docker.io, with dockerd started without a bridge network.
+
+`ensure_engine()` makes `docker` answer: it installs docker.io with apt-get where dockerd is
+missing (root only), starts dockerd in the background (no bridge, no iptables: containers run
+with ``--network host`` or ``--network none``) and waits for it. An engine kiln started is
+recorded in a pid file, so `stop_engine()` ends exactly that process and nothing else.
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..build_env import REPO_ROOT
+
+CONTAINERS_FILE = REPO_ROOT / "data" / "containers.json"
+STATE_DIR = Path(os.environ.get("OPKILN_CONTAINER_STATE", Path.home() / ".cache" / "opkiln" / "containers"))
+
+
+class ContainerError(RuntimeError):
+    """A container step failed: exit 1 (a build or test failed) unless said otherwise."""
+
+    exit_code = 1
+
+
+class EngineUnavailable(ContainerError):
+    """No engine can be had on this machine: exit 2."""
+
+    exit_code = 2
+
+
+def load_recipe() -> dict[str, object]:
+    data = json.loads(CONTAINERS_FILE.read_text())
+    if not isinstance(data, dict) or data.get("schema_version") != 1:
+        raise EngineUnavailable(f"{CONTAINERS_FILE}: schema_version 1 expected")
+    return data
+
+
+@dataclass(frozen=True)
+class Engine:
+    docker: str
+    started_pid: int | None
+    """The dockerd this run started (None: it was running already)."""
+
+
+def _docker_cli() -> str | None:
+    return shutil.which("docker")
+
+
+def engine_answers(docker: str) -> bool:
+    proc = subprocess.run([docker, "version", "--format", "{{.Server.APIVersion}}"], capture_output=True,
+                          text=True, timeout=30)
+    return proc.returncode == 0 and bool(proc.stdout.strip())
+
+
+def _install_docker_io() -> None:
+    if os.geteuid() != 0:
+        raise EngineUnavailable("no dockerd here and not root: install Debian's docker.io (apt-get install docker.io)")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    print("containers: installing Debian's docker.io (apt-get)", flush=True)
+    for cmd in (["apt-get", "update", "-qq"],
+                ["apt-get", "install", "-y", "-qq", "--no-install-recommends", "docker.io"]):
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise EngineUnavailable(f"`{' '.join(cmd)}` failed: {proc.stderr.strip()[-500:]}")
+
+
+def _pid_file() -> Path:
+    return STATE_DIR / "dockerd.pid"
+
+
+def ensure_engine() -> Engine:
+    """A docker CLI whose engine answers; starts (and if need be installs) dockerd."""
+    docker = _docker_cli()
+    if docker and engine_answers(docker):
+        return Engine(docker=docker, started_pid=None)
+    dockerd = shutil.which("dockerd")
+    if dockerd is None:
+        _install_docker_io()
+        dockerd = shutil.which("dockerd")
+        docker = _docker_cli()
+    if dockerd is None or docker is None:
+        raise EngineUnavailable("docker.io is installed but dockerd or docker is not on PATH")
+    recipe = load_recipe()["engine"]
+    assert isinstance(recipe, dict)
+    STATE_DIR.mkdir(parents=True, exist_ok=True)
+    log = STATE_DIR / "dockerd.log"
+    with log.open("ab") as fh:
+        proc = subprocess.Popen([dockerd, *recipe["dockerd_args"]], stdout=fh, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+    _pid_file().write_text(f"{proc.pid}\n")
+    deadline = time.monotonic() + float(recipe["start_timeout_s"])
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise EngineUnavailable(f"dockerd exited with {proc.returncode}; its log: {log}")
+        if engine_answers(docker):
+            print(f"containers: started dockerd (pid {proc.pid}, no bridge network; log {log})", flush=True)
+            return Engine(docker=docker, started_pid=proc.pid)
+        time.sleep(0.5)
+    proc.terminate()
+    raise EngineUnavailable(f"dockerd did not answer within {recipe['start_timeout_s']} s; its log: {log}")
+
+
+def stop_engine(engine: Engine) -> None:
+    """End the dockerd this run started (by its pid), never one that was running before."""
+    if engine.started_pid is None:
+        return
+    try:
+        os.kill(engine.started_pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    for _ in range(100):
+        try:
+            os.kill(engine.started_pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.2)
+    else:
+        os.kill(engine.started_pid, signal.SIGKILL)
+    _pid_file().unlink(missing_ok=True)
+
+
+def docker(engine: Engine, *args: str, log: Path | None = None, check: bool = True,
+           capture: bool = False, stdin: int | None = None, timeout: float | None = None) -> str:
+    """Run `docker ARGS`; output goes to `log` (appended) unless captured."""
+    cmd = [engine.docker, *args]
+    if capture:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        if check and proc.returncode != 0:
+            raise ContainerError(f"`docker {' '.join(args[:3])} ...` failed: {proc.stderr.strip()[-800:]}")
+        return proc.stdout
+    with (log or Path(os.devnull)).open("a") as fh:
+        fh.write(f"$ docker {' '.join(args)}\n")
+        fh.flush()
+        proc2 = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=stdin, timeout=timeout)
+    if check and proc2.returncode != 0:
+        raise ContainerError(f"`docker {' '.join(args[:2])} ...` failed (exit {proc2.returncode}); see {log}")
+    return ""
+
+
+def image_exists(engine: Engine, ref: str) -> bool:
+    proc = subprocess.run([engine.docker, "image", "inspect", ref], capture_output=True)
+    return proc.returncode == 0

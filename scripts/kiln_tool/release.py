@@ -1,0 +1,100 @@
+"""The one release path: what release.yml's index job runs and `kiln release-rehearsal` runs the same way.
+
+    1. record the ABI of every torch the wheels target that is neither recorded nor installed
+       (`kiln torch-abi --for-wheels`: downloaded from the matrix's torch index, never installed);
+    2. audit every wheel with the release rules (`kiln audit --release`: the release floor);
+    3. fetch the published site (its manifest and every file it lists, each checked by sha256), or
+       start empty only for the first release;
+    4. merge the wheels into it (`kiln index`: append-only, audited again, atomic).
+
+Any step that fails stops the release with its exit code; SITE then holds at most the fetched,
+unchanged published site, never a half-merged one.
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+Say = Callable[[str], None]
+
+
+class ReleaseError(RuntimeError):
+    def __init__(self, step: str, message: str, exit_code: int) -> None:
+        super().__init__(f"{step}: {message}")
+        self.step = step
+        self.exit_code = exit_code
+
+
+@dataclass(frozen=True)
+class ReleaseResult:
+    recorded: tuple[str, ...]
+    added: tuple[str, ...]
+    unchanged: tuple[str, ...]
+    fetched: int
+
+
+def _record_torch_abis(wheels: list[Path], say: Say) -> tuple[str, ...]:
+    from .audit.torch_abi import data_dir
+    from .commands.torch_abi import _download, _needed_torches, _record
+
+    needed = _needed_torches(wheels)
+    for version in needed:
+        with tempfile.TemporaryDirectory(prefix="kiln-torch-abi-") as tmp:
+            _record(_download(version, Path(tmp)), (), data_dir())
+    say(f"release: torch ABIs: {', '.join(needed) if needed else 'every target torch is recorded or installed'}")
+    return tuple(needed)
+
+
+def _audit(wheels: list[Path], say: Say) -> None:
+    from .audit import AuditOptions, audit_paths
+    from .commands.audit import release_rule
+
+    report = audit_paths(wheels, AuditOptions(release=release_rule()))
+    if not report.ok:
+        sys.stdout.write(report.render_text())
+        raise ReleaseError("audit", "a wheel fails the release audit (above); nothing was published", 1)
+    say(f"release: {len(wheels)} wheel(s) pass the release audit")
+
+
+def run_release(dist: Path, site: Path, base_url: str, published_url: str | None, *, first_release: bool,
+                say: Say = print) -> ReleaseResult:
+    from .index import KilnIndexError, build_index
+    from .index.fetch import FetchError, fetch_site
+
+    wheels = sorted(dist.glob("*.whl"))
+    if not wheels:
+        raise ReleaseError("input", f"{dist} holds no wheel", 2)
+    if published_url is None and not first_release:
+        raise ReleaseError("input", "name the published site (--published URL); only the first release may "
+                           "start from an empty one (--first-release)", 2)
+    if site.exists() and any(site.iterdir()):
+        raise ReleaseError("input", f"{site} is not empty: the release fetches the published site into it", 2)
+    try:
+        recorded = _record_torch_abis(wheels, say)
+    except Exception as exc:
+        raise ReleaseError("torch-abi", str(exc), 2) from None
+    _audit(wheels, say)
+    fetched = 0
+    if published_url is not None:
+        try:
+            fetched = fetch_site(published_url, site, allow_missing=first_release)
+        except FetchError as exc:
+            raise ReleaseError("fetch", str(exc), exc.exit_code) from None
+        say(f"release: fetched {fetched} published wheel(s) from {published_url}")
+    else:
+        site.mkdir(parents=True, exist_ok=True)
+        say("release: first release: the site starts empty")
+    try:
+        result = build_index(dist, site, base_url, log=say)
+    except KilnIndexError as exc:
+        raise ReleaseError("index", str(exc), exc.exit_code) from None
+    except OSError as exc:
+        raise ReleaseError("index", f"cannot write the site: {exc}", 2) from None
+    added = tuple(w.filename for w in result.added)
+    for name in added:
+        say(f"release: added {name}")
+    return ReleaseResult(recorded=recorded, added=added, unchanged=tuple(result.unchanged), fetched=fetched)
