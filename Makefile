@@ -15,14 +15,20 @@ VARIANT ?= cpu
 MATRIX ?=
 PYTEST_ARGS ?=
 
-.PHONY: help venv wheels test lint repro bench gpu-carry clean
+.PHONY: help venv wheels test system-deps suite lint repro bench gpu-carry clean cibuildwheel release-rehearsal container-repro compile-cost
 
 help:
 	@echo "make wheels            build + repair + audit the default wheel (torch 2.13 CPU) into dist/"
 	@echo "make wheels VARIANT=cu130   the CUDA 13.0 wheel (torch 2.14.1)"
 	@echo "make wheels MATRIX=local    every combination this machine can build"
-	@echo "make test              run the test suite"
+	@echo "make test              Debian packages, the suite, then the container pipeline below (.ci/run)"
+	@echo "make suite             the test suite only (every local wheel, then pytest)"
 	@echo "make lint              ruff + mypy"
+	@echo "make cibuildwheel      cibuildwheel in manylinux containers (a stand-in base where the real image"
+	@echo "                       cannot be pulled): cp311 CPU + cu130 wheels, built, repaired, audited, tested"
+	@echo "make release-rehearsal the release path on those wheels, a site on 127.0.0.1, pip/uv installs"
+	@echo "make container-repro   two container builds of the CPU wheel, compared byte for byte"
+	@echo "make compile-cost      benchmark: a second cu130 wheel's compile cost and cache hits"
 
 venv: $(VENV)/.installed
 
@@ -34,9 +40,16 @@ $(VENV)/.installed: requirements/dev.txt
 wheels: venv
 	$(KILN) wheels $(if $(MATRIX),--matrix $(MATRIX),--variant $(VARIANT))
 
-# Builds every local combination (the CUDA one too: compiling needs no GPU),
-# installs the CPU wheel into the dev venv, then runs the suite.
-test: venv
+# The README's test command (and .ci/run's): the Debian packages the suite and the
+# container pipeline use, the suite, then the container pipeline itself.
+test: system-deps suite cibuildwheel release-rehearsal container-repro
+
+system-deps:
+	scripts/ci/system-deps.sh
+
+# suite: builds every local combination (the CUDA one too: compiling needs no GPU),
+# installs the CPU wheel into the dev venv, then runs pytest.
+suite: venv
 	$(KILN) wheels --matrix local --install-into $(VENV)
 	$(VPY) -m pytest $(PYTEST_ARGS)
 
@@ -79,3 +92,20 @@ INDEX_BASE_URL ?=
 release-index: venv
 	$(KILN) wheels --matrix local
 	$(KILN) index dist site/ $(if $(INDEX_BASE_URL),--base-url $(INDEX_BASE_URL))
+
+# The container pipeline (docs/containers.md). Each starts what it needs (docker.io, dockerd
+# without a bridge network) and ends the dockerd it started. CONTAINER_BASE: auto (the pinned
+# real manylinux_2_28 image where it can be pulled, else the stand-in), real or standin.
+CONTAINER_BASE ?= auto
+cibuildwheel: venv
+	rm -rf wheelhouse
+	$(KILN) cibuildwheel --base $(CONTAINER_BASE) --out wheelhouse
+
+release-rehearsal: venv
+	$(KILN) release-rehearsal --base $(CONTAINER_BASE) --wheels wheelhouse --work build/rehearsal
+
+container-repro: venv
+	$(KILN) cibuildwheel --base $(CONTAINER_BASE) --repro --variant cpu --out build/container-repro
+
+compile-cost: venv
+	$(KILN) cibuildwheel --base $(CONTAINER_BASE) --compile-cost --variant cu130 --out build/compile-cost

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Debian packages the build and the tests use. Idempotent; needs root (CI and
-# these dev machines run as root). Elsewhere, install them by hand.
+# Debian packages the build, the tests and the container pipeline use. Idempotent;
+# needs root (CI and these dev machines run as root). Elsewhere, install them by hand.
 set -euo pipefail
-packages=(ccache chromium chromium-driver diffoscope-minimal)
+# docker.io and debootstrap: the container pipeline (kiln cibuildwheel installs them too when run alone).
+packages=(ccache chromium chromium-driver diffoscope-minimal docker.io debootstrap)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -34,6 +34,14 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, default=Path("wheelhouse"), metavar="DIR",
                         help="where the wheels go (default: %(default)s)")
     parser.add_argument("--skip-tests", action="store_true", help="build, repair and audit only")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--repro", action="store_true",
+                      help="instead: build each wheel twice in the same image (ccache off, no tests) and compare "
+                      "them byte for byte; diffoscope on a difference; exit 1 unless identical")
+    mode.add_argument("--compile-cost", action="store_true",
+                      help="instead: one container run making a wheel per --python (default 3.11 and 3.12) of "
+                      "each variant from a cold cache, every compile metered: CPU seconds, ccache hits, kernel "
+                      "cores recompiled (a benchmark: prints and writes compile-cost.json)")
     parser.add_argument("--keep-engine", action="store_true",
                         help="leave a dockerd this run started running (default: end it)")
 
@@ -65,7 +73,8 @@ def execute(args: argparse.Namespace) -> int:
             if spec is None:
                 raise ContainerError(f"--variant {variant}: not a local combination of data/matrix.json "
                                      f"({', '.join(s.cuda for s in matrix.local)})")
-            pythons = tuple(args.pythons or [spec.python])
+            default = [spec.python, "3.12"] if args.compile_cost else [spec.python]
+            pythons = tuple(args.pythons or default)
             plans.append((job_for(variant, pythons[0], arch), pythons))
     except (ContainerError, MatrixError) as exc:
         print(f"kiln cibuildwheel: {exc}", file=sys.stderr)
@@ -80,6 +89,8 @@ def execute(args: argparse.Namespace) -> int:
             summary["base"].update(glibc=base.standin.glibc, manylinux_tag=base.standin.manylinux_tag)
         STATE_DIR.mkdir(parents=True, exist_ok=True)
         args.out.mkdir(parents=True, exist_ok=True)
+        if args.repro or args.compile_cost:
+            return _measure(engine, base, plans, args)
         for job, pythons in plans:
             log = args.out / f"cibuildwheel-{job.name}.log"
             log.write_text("")
@@ -108,6 +119,40 @@ def execute(args: argparse.Namespace) -> int:
     print(f"kiln cibuildwheel: {sum(len(r['wheels']) for r in summary['runs'])} wheel(s) in {args.out} "
           f"in {summary['seconds']:.0f} s.{note}")
     return 0
+
+
+def _measure(engine: Any, base: Any, plans: list[Any], args: argparse.Namespace) -> int:
+    from kiln_tool.containers import measure
+
+    results = []
+    ok = True
+    for job, pythons in plans:
+        log = args.out / f"{'repro' if args.repro else 'compile-cost'}-{job.name}.log"
+        log.write_text("")
+        print(f"kiln cibuildwheel: {'reproducibility' if args.repro else 'compile cost'} of {job.name} "
+              f"({', '.join(pythons)}) on {base.describe()}; log {log}", flush=True)
+        if args.repro:
+            result = measure.repro(engine, base, job, pythons, args.out, log)
+            for wheel in result["wheels"]:
+                verdict = "identical" if wheel["identical"] else f"DIFFERENT ({wheel.get('diffoscope')})"
+                print(f"kiln cibuildwheel: repro {wheel['name']}: two builds {verdict}")
+            ok = ok and bool(result["identical"])
+        else:
+            result = measure.compile_cost(engine, base, job, pythons, args.out, log)
+            for wheel in result["wheels"]:
+                print(f"kiln cibuildwheel: compile cost {wheel['build']}: {wheel['compile_cpu_seconds']} CPU-s over "
+                      f"{wheel['objects']} objects, ccache {wheel['ccache_hits']} hit(s) / {wheel['ccache_misses']} "
+                      f"miss(es), kernel cores recompiled {wheel['kernel_core_misses']} of "
+                      f"{wheel['kernel_core_objects']}")
+            if "second_over_first" in result:
+                print(f"kiln cibuildwheel: the second wheel's compile costs {result['second_over_first']:.1%} of the "
+                      f"first's (target <= 25% and no kernel core recompiled: "
+                      f"{'met' if result['target_met'] else 'MISSED'})")
+        result["base"] = base.describe()
+        results.append(result)
+    name = "repro.json" if args.repro else "compile-cost.json"
+    (args.out / name).write_text(json.dumps(results, indent=2) + "\n")
+    return 0 if ok else 1
 
 
 def _torch_index(base: Any) -> str | None:

@@ -148,3 +148,17 @@ def docker(engine: Engine, *args: str, log: Path | None = None, check: bool = Tr
 def image_exists(engine: Engine, ref: str) -> bool:
     proc = subprocess.run([engine.docker, "image", "inspect", ref], capture_output=True)
     return proc.returncode == 0
+
+
+def prune_tags(engine: Engine, repository: str, keep: set[str], tag_prefix: str = "") -> list[str]:
+    """Remove the images of `repository` whose tag starts with `tag_prefix` and is not in `keep`: what an
+    earlier run built from other inputs (kiln's tags are digests of their inputs, never reused)."""
+    out = subprocess.run([engine.docker, "image", "ls", "--format", "{{.Repository}}:{{.Tag}}", repository],
+                         capture_output=True, text=True).stdout.split()
+    removed = []
+    for ref in out:
+        tag = ref.rsplit(":", 1)[-1]
+        stale = tag.startswith(tag_prefix) and ref not in keep
+        if stale and subprocess.run([engine.docker, "rmi", ref], capture_output=True).returncode == 0:
+            removed.append(ref)
+    return removed

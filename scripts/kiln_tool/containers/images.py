@@ -17,7 +17,7 @@ from pathlib import Path
 from ..build_env import REPO_ROOT
 from ..matrix_data import docker_build_args
 from ..matrix_data import load as load_matrix
-from .engine import ContainerError, Engine, docker, image_exists
+from .engine import ContainerError, Engine, docker, image_exists, prune_tags
 from .standin import StandinImages, ensure_standin
 
 DOCKER_DIR = REPO_ROOT / "docker"
@@ -99,4 +99,7 @@ def ensure_build_image(engine: Engine, base: Base, variant: str, arch: str | Non
     env_args.append(str(DOCKER_DIR))
     os.environ.setdefault("DOCKER_BUILDKIT", "0")  # the classic builder: docker.io's daemon has no buildx here
     docker(engine, *env_args, log=log)
+    stale = prune_tags(engine, tag.split(":")[0], {tag})
+    if stale:
+        print(f"containers: removed build images of earlier inputs: {', '.join(stale)}", flush=True)
     return tag

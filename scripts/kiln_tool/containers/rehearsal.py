@@ -122,12 +122,14 @@ start=$EPOCHREALTIME
 {CONTAINER_PYTHON} -m venv /tmp/pip-env
 /tmp/pip-env/bin/python -m pip install --quiet --only-binary=:all: opkiln -f {shlex.quote(url + page)}
 /tmp/pip-env/bin/python -c {exercise} {samples} > /tmp/pip.json
+echo "PIPSO $(sha256sum /tmp/pip-env/lib/python3*/site-packages/opkiln/_C*.so | cut -d' ' -f1)"
 echo "PIP $(cat /tmp/pip.json) SECONDS $(python3 -c "print($EPOCHREALTIME - $start)")"
 start=$EPOCHREALTIME
 uv venv --quiet --python {CONTAINER_PYTHON} /tmp/uv-env
 uv pip install --quiet --python /tmp/uv-env/bin/python --only-binary=:all: opkiln \\
   --find-links {shlex.quote(url + page)} {sources}
 /tmp/uv-env/bin/python -c {exercise} {samples} > /tmp/uv.json
+echo "UVSO $(sha256sum /tmp/uv-env/lib/python3*/site-packages/opkiln/_C*.so | cut -d' ' -f1)"
 echo "UV $(cat /tmp/uv.json) SECONDS $(python3 -c "print($EPOCHREALTIME - $start)")"
 """
 
@@ -143,8 +145,16 @@ def _uv_sources() -> list[str]:
     return args
 
 
+def _published_extension_sha256(wheel: Path) -> str:
+    import zipfile
+
+    with zipfile.ZipFile(wheel) as archive:
+        (member,) = [n for n in archive.namelist() if n.startswith("opkiln/_C") and n.endswith(".so")]
+        return hashlib.sha256(archive.read(member)).hexdigest()
+
+
 def install_as_user(engine: Engine, base: Base, uv: Path, url: str, wheel: str, page: str, log: Path,
-                    say: Say) -> list[InstallResult]:
+                    say: Say, published_wheel: Path) -> list[InstallResult]:
     env_args: list[str] = []
     for key, value in host_pip_sources().items():
         env_args += ["-e", f"{key}={value}"]
@@ -164,8 +174,12 @@ def install_as_user(engine: Engine, base: Base, uv: Path, url: str, wheel: str, 
     with log.open("a") as fh:
         fh.write(out)
     results = []
+    published = _published_extension_sha256(published_wheel)
     for line in out.splitlines():
         kind, _, rest = line.partition(" ")
+        if kind in ("PIPSO", "UVSO") and rest.strip() != published:
+            raise ContainerError(f"{kind[:-2].lower()} installed an opkiln/_C whose sha256 {rest.strip()} is not "
+                                 f"the published wheel's {published}")
         if kind in ("PIP", "UV"):
             data, _, seconds = rest.rpartition(" SECONDS ")
             results.append(InstallResult(wheel, page, kind.lower(), float(seconds or 0), json.loads(data)))
@@ -174,7 +188,8 @@ def install_as_user(engine: Engine, base: Base, uv: Path, url: str, wheel: str, 
     for r in results:
         say(f"rehearsal:   {r.installer}: opkiln {r.output.get('version')} on torch {r.output.get('torch')}, "
             f"{len(r.output.get('results', {}))} op(s) called, {r.seconds:.0f} s")  # type: ignore[arg-type]
-    say(f"rehearsal:   container run {time.monotonic() - started:.0f} s")
+    say(f"rehearsal:   both installed the published opkiln/_C (sha256 {published[:16]}...); container run "
+        f"{time.monotonic() - started:.0f} s")
     return results
 
 
@@ -198,7 +213,8 @@ def rehearse(engine: Engine, base: Base, wheels: Path, rebuilt: Path, work: Path
         summary["added"] = list(first.added)
         installs = []
         for wheel, page in sorted(_pages(published).items()):
-            installs += install_as_user(engine, base, uv, url, wheel, page, log, say)
+            installs += install_as_user(engine, base, uv, url, wheel, page, log, say,
+                                        published / "wheels" / wheel)
         summary["installs"] = [{"wheel": r.wheel, "page": r.page, "installer": r.installer,
                                 "seconds": round(r.seconds, 1), "torch": r.output.get("torch"),
                                 "version": r.output.get("version")} for r in installs]

@@ -31,10 +31,12 @@ from pathlib import Path
 
 from ..build_env import BuildEnvError, find_python
 from ..matrix_data import load as load_matrix
-from .engine import STATE_DIR, ContainerError, Engine, docker, image_exists, load_recipe
+from .engine import STATE_DIR, ContainerError, Engine, docker, image_exists, load_recipe, prune_tags
 
 HOST_CA_DIR = Path("/usr/local/share/ca-certificates")
 UTILITY_PYTHON = "/opt/python/cp39-cp39"
+# Raise it when how the images are made changes in a way the inputs below do not show.
+RECIPE_VERSION = 1
 
 
 @dataclass(frozen=True)
@@ -132,7 +134,9 @@ def inputs_digest(arch: str, pythons: list[HostPython], extra_packages: list[str
         "pythons": [(p.version, p.full_version, str(p.prefix)) for p in pythons],
         "packages": extra_packages,
         "ca": [hashlib.sha256(p.read_bytes()).hexdigest() for p in _host_ca_files()],
-        "code": hashlib.sha256(Path(__file__).read_bytes()).hexdigest(),
+        "provision": _provision_script(pythons),
+        "env": _ENV,
+        "recipe_version": RECIPE_VERSION,
     }
     digest.update(json.dumps(record, sort_keys=True).encode())
     return digest.hexdigest()[:16]
@@ -244,6 +248,10 @@ def ensure_standin(engine: Engine, arch: str | None = None, log: Path | None = N
     _run_and_commit(engine, runtime, build, script, "host",
                     [*_labels("build", key), 'CMD ["/bin/bash"]'], log)
     print(f"containers: built {runtime} and {build}", flush=True)
+    stale = [ref for kind in ("runtime", "build")
+             for ref in prune_tags(engine, runtime.split(":")[0], {runtime, build}, tag_prefix=f"{kind}-{arch}-")]
+    if stale:
+        print(f"containers: removed stand-in images of earlier inputs: {', '.join(stale)}", flush=True)
     return result
 
 

@@ -1,0 +1,127 @@
+"""What the container pipeline is measured by: reproducibility and the compile cost of a release.
+
+- `repro`: the same commit built twice in the same image (ccache off, so every object is compiled
+  again), the two wheels compared byte for byte; diffoscope explains a difference.
+- `compile_cost`: one cibuildwheel run making two wheels of one CUDA variant (two CPythons), every
+  compile metered by scripts/ci/compile-meter (CPU seconds, ccache's verdict): the second wheel's
+  kernel cores must all be cache hits and its compile must cost a fraction of the first's.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..matrix_data import MatrixJob
+from .cibw import HOST_MOUNT, run_cibuildwheel
+from .engine import STATE_DIR, Engine
+from .images import Base
+
+KERNEL_CORES = "opkiln_kernel_cores.dir"
+METER = "/project/scripts/ci/compile-meter"
+
+
+def repro(engine: Engine, base: Base, job: MatrixJob, pythons: tuple[str, ...], out: Path,
+          log: Path) -> dict[str, Any]:
+    runs = []
+    for attempt in (1, 2):
+        folder = out / f"repro-{attempt}"
+        if folder.exists():
+            shutil.rmtree(folder)
+        runs.append(run_cibuildwheel(engine, base, job, folder, log=log, skip_tests=True, pythons=pythons,
+                                     extra_env={"CCACHE_DISABLE": "1"}))
+    result: dict[str, Any] = {"job": job.name, "identical": True, "wheels": []}
+    for first, second in zip(runs[0].wheels, runs[1].wheels, strict=True):
+        same = first.name == second.name and first.read_bytes() == second.read_bytes()
+        entry: dict[str, Any] = {"name": first.name, "identical": same}
+        if not same:
+            result["identical"] = False
+            report = out / f"repro-{first.stem}.diffoscope.txt"
+            diffoscope = shutil.which("diffoscope")
+            if diffoscope:
+                proc = subprocess.run([diffoscope, "--text", str(report), str(first), str(second)],
+                                      capture_output=True, text=True)
+                entry["diffoscope"] = str(report) if report.exists() else proc.stderr.strip()[-500:]
+            else:
+                entry["diffoscope"] = "diffoscope is not installed (scripts/ci/system-deps.sh installs it)"
+        result["wheels"].append(entry)
+    return result
+
+
+@dataclass
+class WheelCompile:
+    build: str
+    objects: int
+    cpu_seconds: float
+    hits: int
+    misses: int
+    kernel_core_objects: int
+    kernel_core_misses: int
+
+
+def _verdicts(statslog: Path) -> dict[str, str]:
+    """source -> "hit" or "miss", from a ccache stats log (a '# source' line, then its counters)."""
+    verdicts: dict[str, str] = {}
+    current = None
+    for line in statslog.read_text().splitlines() if statslog.exists() else []:
+        if line.startswith("# "):
+            current = line[2:].strip()
+        elif current is not None and line in ("direct_cache_hit", "preprocessed_cache_hit"):
+            verdicts[current] = "hit"
+        elif current is not None and line == "cache_miss":
+            verdicts[current] = "miss"
+    return verdicts
+
+
+def read_meter(meter: Path) -> list[WheelCompile]:
+    builds = []
+    for table in sorted(meter.glob("*.tsv")):
+        rows = [line.split("\t") for line in table.read_text().splitlines() if line.strip()]
+        verdicts = _verdicts(table.with_suffix(".statslog"))
+        cores = [r for r in rows if KERNEL_CORES in r[0]]
+        core_sources = {Path(r[0]).name.removesuffix(".o") for r in cores}
+        builds.append(WheelCompile(
+            build=table.stem, objects=len(rows), cpu_seconds=sum(float(r[1]) for r in rows),
+            hits=sum(1 for v in verdicts.values() if v == "hit"),
+            misses=sum(1 for v in verdicts.values() if v == "miss"),
+            kernel_core_objects=len(cores),
+            kernel_core_misses=sum(1 for source, v in verdicts.items()
+                                   if v == "miss" and Path(source).name in core_sources)))
+    return builds
+
+
+def compile_cost(engine: Engine, base: Base, job: MatrixJob, pythons: tuple[str, ...], out: Path,
+                 log: Path) -> dict[str, Any]:
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    meter = STATE_DIR / f"compile-meter-{stamp}"
+    cache = STATE_DIR / f"ccache-cold-{stamp}"
+    meter.mkdir(parents=True)
+    cache.mkdir(parents=True)
+    launchers = " ".join(f"CMAKE_{lang}_COMPILER_LAUNCHER={METER}" for lang in ("C", "CXX", "CUDA"))
+    try:
+        run = run_cibuildwheel(engine, base, job, out / "compile-cost", log=log, skip_tests=True, pythons=pythons,
+                               extra_env={"CCACHE_DIR": f"{HOST_MOUNT}{cache}",
+                                          "CIBW_ENVIRONMENT_LINUX": f"{launchers} OPKILN_COMPILE_METER_DIR="
+                                                                    f"{HOST_MOUNT}{meter}"})
+        builds = read_meter(meter)
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
+    # cibuildwheel builds in the order of CIBW_BUILD, which is the order of `pythons`.
+    order = {f"cp{p.replace('.', '')}": i for i, p in enumerate(pythons)}
+    builds.sort(key=lambda b: order.get(b.build.split("-")[0], 99))
+    result: dict[str, Any] = {"job": job.name, "identifiers": list(run.identifiers), "wheels": [
+        {"build": b.build, "objects": b.objects, "compile_cpu_seconds": round(b.cpu_seconds, 1),
+         "ccache_hits": b.hits, "ccache_misses": b.misses,
+         "hit_rate": round(b.hits / (b.hits + b.misses), 3) if b.hits + b.misses else None,
+         "kernel_core_objects": b.kernel_core_objects, "kernel_core_misses": b.kernel_core_misses}
+        for b in builds]}
+    if len(builds) >= 2 and builds[0].cpu_seconds > 0:
+        ratio = builds[1].cpu_seconds / builds[0].cpu_seconds
+        result["second_over_first"] = round(ratio, 3)
+        result["target_met"] = ratio <= 0.25 and builds[1].kernel_core_misses == 0
+    shutil.rmtree(meter, ignore_errors=True)
+    return result
