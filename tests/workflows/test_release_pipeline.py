@@ -1,7 +1,10 @@
 """The release path of the workflows, run here: cibuildwheel's repair-wheel-command, then release.yml's
-audit, fetch of the published site and `kiln index` merge, with the site served over loopback HTTP.
+`kiln release` step (torch ABIs, release audit, fetch of the published site, merge), with the published site
+served over loopback HTTP and `gh` answering for GitHub.
 
-GitHub-only steps (gh, Pages, attestations) are left out; every repo script they call runs here as written.
+GitHub-only steps (Pages deployment, attestations, release assets) are left out; every repo script the
+index job calls runs here as written. `make release-rehearsal` runs the same `kiln release` on real
+cibuildwheel wheels and installs them with pip and uv (docs/containers.md).
 """
 
 from __future__ import annotations
@@ -87,39 +90,82 @@ def _fetch(url: str, out: Path, *extra: str) -> subprocess.CompletedProcess[str]
     return subprocess.run([sys.executable, str(FETCH), url, str(out), *extra], capture_output=True, text=True)
 
 
-@pytest.fixture(scope="module")
-def repaired_wheel(cpu_wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """pyproject's repair-wheel-command, as cibuildwheel runs it: kiln repair, then kiln audit."""
+# This machine's glibc (2.36, like the stand-in base of `kiln cibuildwheel`) gives manylinux_2_34 wheels: the
+# release audit holds them to that one tag when told so, and to the release floor otherwise.
+STANDIN = {"OPKILN_STANDIN_MANYLINUX": "manylinux_2_34"}
+
+
+def _repair_command(cpu_wheel: Path, tmp: Path) -> tuple[str, Path]:
+    """pyproject's repair-wheel-command, as cibuildwheel runs it: kiln repair, then kiln audit --release."""
     (command,) = [text for where, text in run_scripts() if where.endswith("repair-wheel-command")]
-    tmp = tmp_path_factory.mktemp("repair")
-    (tmp / "in").mkdir()
+    (tmp / "in").mkdir(parents=True)
     wheel = shutil.copy2(cpu_wheel, tmp / "in" / cpu_wheel.name)
     for key, value in {"{project}": str(REPO), "{wheel}": str(wheel), "{dest_dir}": str(tmp / "out")}.items():
         command = command.replace(key, value)
-    result = _bash(command, cwd=tmp)
+    return command, tmp / "out"
+
+
+@pytest.fixture(scope="module")
+def repaired_wheel(cpu_wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    command, out = _repair_command(cpu_wheel, tmp_path_factory.mktemp("repair"))
+    result = _bash(command, cwd=out.parent, **STANDIN)
     assert result.returncode == 0, result.stdout + result.stderr
-    produced = sorted((tmp / "out").glob("*.whl"))
+    assert "STAND-IN run" in result.stderr and "none of them is a release wheel" in result.stderr
+    produced = sorted(out.glob("*.whl"))
     assert len(produced) == 1
-    assert "manylinux_2_" in produced[0].name
+    assert produced[0].name.endswith("-manylinux_2_34_x86_64.whl")
     return produced[0]
+
+
+@pytest.mark.parametrize(("env", "finding"), [
+    ({}, "must be tagged at the release floor manylinux_2_28"),
+    ({"OPKILN_STANDIN_MANYLINUX": "manylinux_2_31"}, "built in a STAND-IN base that gives manylinux_2_31"),
+])
+def test_the_repair_command_fails_a_wheel_above_the_release_floor(cpu_wheel: Path, tmp_path: Path,
+                                                                  env: dict[str, str], finding: str) -> None:
+    """A wheel tagged above data/matrix.json's manylinux_floor fails the wheels workflow (its repair-wheel-command),
+    and a stand-in run asserts exactly the tag its base gives."""
+    command, _ = _repair_command(cpu_wheel, tmp_path)
+    result = _bash(command, cwd=tmp_path, **env)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert finding in " ".join(result.stdout.split())
+
+
+def _fake_gh(bin_dir: Path) -> Path:
+    """A `gh` that answers what release.yml asks it: the Pages URL and how many other releases exist."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    gh = bin_dir / "gh"
+    gh.write_text('#!/usr/bin/env bash\ncase "$1 $2" in\n  "api repos/"*) echo "$FAKE_PAGES_URL" ;;\n'
+                  '  "release list") echo "$FAKE_EARLIER_RELEASES" ;;\n  *) echo "gh: unexpected $*" >&2; exit 9 ;;\n'
+                  "esac\n")
+    gh.chmod(0o755)
+    return bin_dir
+
+
+def _release(workspace: Path, url: str, earlier: int, bin_dir: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    """release.yml's index job step, as written, with `gh` answering for GitHub."""
+    script = _release_step("scripts/kiln release")
+    path = f"{bin_dir}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
+    return subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=workspace, capture_output=True, text=True,
+                          env={**os.environ, **STANDIN, "PATH": path, "GITHUB_REPOSITORY": "opkiln/opkiln",
+                               "TAG": "v0.1.0", "FAKE_PAGES_URL": url, "FAKE_EARLIER_RELEASES": str(earlier),
+                               **env})
 
 
 def test_release_merges_onto_what_is_published(repaired_wheel: Path, serve: object, tmp_path: Path) -> None:
     start = serve  # type: ignore[assignment]
-    audit = _release_step("scripts/kiln audit")
-    index = _release_step("scripts/kiln index")
+    bin_dir = _fake_gh(tmp_path / "bin")
 
-    # First release: nothing published yet (404), so only --allow-missing may start from an empty site.
+    # First release: nothing published yet (404). Only the first release may start from an empty site.
     nothing = tmp_path / "nothing-published"
     nothing.mkdir()
-    first = _workspace(tmp_path / "first", [repaired_wheel])
     url = start(nothing)  # type: ignore[operator]
-    refused = _fetch(url, first / "site")
-    assert refused.returncode == 1 and "--allow-missing" in refused.stderr
-    assert _fetch(url, first / "site", "--allow-missing").returncode == 0
-    for script in (audit, index):
-        result = _bash(script, first, PAGES_URL="https://example.invalid/opkiln/")
-        assert result.returncode == 0, result.stdout + result.stderr
+    refused = _release(_workspace(tmp_path / "not-first", [repaired_wheel]), url, 3, bin_dir)
+    assert refused.returncode == 1 and "--allow-missing" in refused.stderr, refused.stdout + refused.stderr
+    first = _workspace(tmp_path / "first", [repaired_wheel])
+    result = _release(first, url, 0, bin_dir)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "pass the release audit" in result.stdout
     published = first / "site"
     manifest = json.loads((published / "kiln-index.json").read_text())
     assert [w["filename"] for w in manifest["wheels"]] == [repaired_wheel.name]
@@ -130,26 +176,37 @@ def test_release_merges_onto_what_is_published(repaired_wheel: Path, serve: obje
     newer = reversion(plain, tmp_path / "newer", version.replace(version.split("+")[0], "9.9.9"))
     second = _workspace(tmp_path / "second", [newer])
     url = start(published)  # type: ignore[operator]
-    fetched = _fetch(url, second / "site")
-    assert fetched.returncode == 0, fetched.stderr
-    assert "fetched 1 published wheel(s)" in fetched.stdout
-    for script in (audit, index):
-        result = _bash(script, second, PAGES_URL=url)
-        assert result.returncode == 0, result.stdout + result.stderr
+    result = _release(second, url, 1, bin_dir)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "fetched 1 published wheel(s)" in result.stdout
     merged = second / "site"
     names = sorted(w["filename"] for w in json.loads((merged / "kiln-index.json").read_text())["wheels"])
     assert names == sorted([repaired_wheel.name, newer.name])
     old = (merged / "wheels" / repaired_wheel.name).read_bytes()
     assert old == (published / "wheels" / repaired_wheel.name).read_bytes()
 
-    # A rebuilt wheel under a published name: the merge refuses, and the site is left as it was.
+    # A rebuilt wheel under a published name: the release refuses it, and the site it fetched is left as it was.
+    served = start(merged)  # type: ignore[operator]
     third = _workspace(tmp_path / "third", [rezip(repaired_wheel, tmp_path / "rebuilt")])
-    assert _fetch(start(merged), third / "site").returncode == 0  # type: ignore[operator]
-    before = {p.relative_to(third / "site"): p.read_bytes() for p in (third / "site").rglob("*") if p.is_file()}
-    result = _bash(index, third, PAGES_URL=url)
+    result = _release(third, served, 2, bin_dir)
     assert result.returncode == 1, result.stdout + result.stderr
-    after = {p.relative_to(third / "site"): p.read_bytes() for p in (third / "site").rglob("*") if p.is_file()}
-    assert after == before
+    assert "a published wheel is never replaced" in result.stderr
+    fetched = {p.relative_to(third / "site"): p.read_bytes() for p in (third / "site").rglob("*") if p.is_file()}
+    assert fetched == {p.relative_to(merged): p.read_bytes() for p in merged.rglob("*")
+                       if p.is_file() and p.relative_to(merged) in fetched}
+    assert fetched[Path("kiln-index.json")] == (merged / "kiln-index.json").read_bytes()
+
+    # A wheel above the release floor never reaches the fetch: the audit stops the release first.
+    fourth = _workspace(tmp_path / "fourth", [newer])
+    path = f"{bin_dir}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
+    script = _release_step("scripts/kiln release")
+    env = {k: v for k, v in os.environ.items() if k != "OPKILN_STANDIN_MANYLINUX"}
+    above = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=fourth, capture_output=True, text=True,
+                           env={**env, "PATH": path, "GITHUB_REPOSITORY": "opkiln/opkiln", "TAG": "v9.9.9",
+                                "FAKE_PAGES_URL": served, "FAKE_EARLIER_RELEASES": "2"})
+    assert above.returncode == 1, above.stdout + above.stderr
+    assert "release floor manylinux_2_28" in " ".join(above.stdout.split())
+    assert not (fourth / "site").exists()
 
 
 # -- tools/fetch_published_site.py on its own ------------------------------------------------------
@@ -212,28 +269,27 @@ def test_fetch_wants_an_empty_target_and_an_http_url(tmp_path: Path) -> None:
 def test_release_audits_wheels_of_torches_that_are_not_installed(repaired_wheel: Path, cuda_wheel: Path,
                                                                  serve: object, tmp_path: Path) -> None:
     """release.yml's index job has only requirements/dev.txt's torch (2.13 CPU): the CUDA 13.0 wheel built
-    for torch 2.14.1 is audited (by `kiln audit` and inside `kiln index`) against the recorded torch ABI."""
+    for torch 2.14.1 is audited (by the release audit and inside the merge) against the recorded torch ABI."""
     start = serve  # type: ignore[assignment]
-    audit = _release_step("scripts/kiln audit")
-    index = _release_step("scripts/kiln index")
-    only_dev_torch = {"OPKILN_AUDIT_TORCH_SEARCH": "interpreter", "PAGES_URL": "https://example.invalid/opkiln/"}
+    bin_dir = _fake_gh(tmp_path / "bin")
+    audit = "python scripts/kiln audit dist/*.whl"
+    only_dev_torch = {"OPKILN_AUDIT_TORCH_SEARCH": "interpreter"}
     nothing = tmp_path / "nothing-published"
     nothing.mkdir()
     url = start(nothing)  # type: ignore[operator]
 
     workspace = _workspace(tmp_path / "release", [repaired_wheel, cuda_wheel])
-    assert _fetch(url, workspace / "site", "--allow-missing").returncode == 0
+    released = _release(workspace, url, 0, bin_dir, **only_dev_torch)
+    assert released.returncode == 0, released.stdout + released.stderr
     # Every torch these wheels need is recorded in the repo: the record step downloads nothing.
-    recorded = _bash(_release_step("scripts/kiln torch-abi"), workspace, **only_dev_torch)
-    assert recorded.returncode == 0 and recorded.stdout == "", recorded.stdout + recorded.stderr
-    audited = _bash(audit, workspace, **only_dev_torch)
-    assert audited.returncode == 0, audited.stdout + audited.stderr
-    text = " ".join(audited.stdout.split())
-    assert "torch: 2.14.1+cu130 as recorded in torch_abi/2.14.1+cu130.json" in text
-    indexed = _bash(index, workspace, **only_dev_torch)
-    assert indexed.returncode == 0, indexed.stdout + indexed.stderr
+    assert "every target torch is recorded or installed" in released.stdout
+    text = " ".join(released.stdout.split())
+    assert "2 wheel(s) pass the release audit" in text
     listed = {w["filename"] for w in json.loads((workspace / "site" / "kiln-index.json").read_text())["wheels"]}
     assert listed == {repaired_wheel.name, cuda_wheel.name}
+    audited = _bash(audit, workspace, **only_dev_torch)
+    assert audited.returncode == 0, audited.stdout + audited.stderr
+    assert "torch: 2.14.1+cu130 as recorded in torch_abi/2.14.1+cu130.json" in " ".join(audited.stdout.split())
 
     # Without the records the same wheel cannot be checked, and the audit says exactly that.
     bare = _workspace(tmp_path / "no-records", [cuda_wheel])

@@ -88,14 +88,15 @@ def test_wheels_builds_one_job_per_matrix_entry_with_ccache_and_artifacts() -> N
 def test_release_merges_onto_the_published_site_and_never_replaces_a_wheel() -> None:
     wf = workflow("release.yml")
     index = _job_steps_text(wf, "index")
-    fetch = next(i for i, t in enumerate(index) if "tools/fetch_published_site.py" in t)
-    merge = next(i for i, t in enumerate(index) if "scripts/kiln index" in t)
-    audit = next(i for i, t in enumerate(index) if "scripts/kiln audit" in t)
+    # One step runs the one release path (kiln release: torch ABIs, release audit, fetch, merge).
+    (step,) = [i for i, t in enumerate(index) if "scripts/kiln release" in t]
     pages = next(i for i, t in enumerate(index) if t.startswith("actions/upload-pages-artifact@"))
-    assert audit < fetch < merge < pages
-    assert "--allow-missing" in index[fetch] and 'if [[ "$earlier" -eq 0 ]]' in index[fetch], \
+    assert step < pages
+    assert "--first-release" in index[step] and 'if [[ "$earlier" -eq 0 ]]' in index[step], \
         "only the first release may start from an empty site"
-    assert "--base-url" in index[merge]
+    assert "--base-url" in index[step]
+    assert not any("scripts/kiln index" in t or "scripts/kiln audit" in t or "fetch_published_site" in t
+                   for t in index), "the index job runs kiln release, not its steps one by one"
     release = _job_steps_text(wf, "release")
     attest = next(i for i, t in enumerate(release) if t.startswith("actions/attest-build-provenance@"))
     upload = next(i for i, t in enumerate(release) if "gh release upload" in t)

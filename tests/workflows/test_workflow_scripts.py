@@ -22,6 +22,8 @@ RUN_BY = {
     "scripts/kiln audit": "tests/workflows/test_release_pipeline.py",
     "scripts/kiln index": "tests/workflows/test_release_pipeline.py",
     "scripts/kiln torch-abi": "tests/workflows/test_release_pipeline.py",
+    "scripts/kiln release": "tests/workflows/test_release_pipeline.py",
+    "scripts/kiln torch-runtime": "tests/containers/test_torch_runtime.py",
     "tools/fetch_published_site.py": "tests/workflows/test_release_pipeline.py",
     "tools/actionlint/lint.cjs": "tests/workflows/test_workflow_lint.py",
     "make test": ".ci/run",  # make test is how the suite itself is run
@@ -48,7 +50,7 @@ CALLS = _calls()
 
 def test_the_workflows_call_kiln() -> None:
     called = {script for _, script, _ in CALLS}
-    assert {"scripts/kiln matrix", "scripts/kiln repair", "scripts/kiln audit", "scripts/kiln index"} <= called
+    assert {"scripts/kiln matrix", "scripts/kiln repair", "scripts/kiln audit", "scripts/kiln release"} <= called
 
 
 @pytest.mark.parametrize(("where", "script", "arguments"), CALLS, ids=[f"{w}|{s}" for w, s, _ in CALLS])

@@ -82,12 +82,17 @@ def host_pip_sources() -> dict[str, str]:
     values: dict[str, str] = {}
     for line in proc.stdout.splitlines():
         key, _, value = line.partition("=")
-        value = value.strip().strip("'\"")
         name = key.rsplit(".", 1)[-1]
-        if name in ("find-links", "extra-index-url") and value:
-            values[name] = value
+        if name in ("find-links", "extra-index-url") and value.strip().strip("'\""):
+            values[name] = value.strip().strip("'\"")
+    return container_pip_env(values)
+
+
+def container_pip_env(values: dict[str, str]) -> dict[str, str]:
+    """PIP_* variables for a container from pip settings of this machine: local paths and file:// URLs are
+    moved under the /host mount (cibuildwheel mounts / there), remote URLs are kept."""
     env: dict[str, str] = {}
-    for name, value in values.items():
+    for name, value in sorted(values.items()):
         mapped = []
         for item in value.split():
             if item.startswith("file://"):

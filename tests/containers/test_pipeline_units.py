@@ -1,0 +1,181 @@
+"""The container pipeline's parts that need no container: what it copies, maps, lays out and measures."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kiln_tool.audit.checks.wheel import _release_results
+from kiln_tool.audit.context import ReleaseRule
+from kiln_tool.containers import measure
+from kiln_tool.containers.cibw import container_pip_env, export_tree
+from kiln_tool.containers.engine import load_recipe
+from kiln_tool.containers.standin import _labels, image_names
+
+REPO = Path(__file__).resolve().parents[2]
+LAYOUT = REPO / "docker" / "layout-cuda-root.sh"
+
+
+def test_local_pip_sources_are_seen_under_the_host_mount() -> None:
+    env = container_pip_env({"find-links": "/opt/wheels https://example.org/links",
+                             "extra-index-url": "file:///opt/pypi/simple file:///opt/more/simple"})
+    assert env == {"PIP_FIND_LINKS": "/host/opt/wheels https://example.org/links",
+                   "PIP_EXTRA_INDEX_URL": "file:///host/opt/pypi/simple file:///host/opt/more/simple"}
+    assert container_pip_env({}) == {}
+
+
+def _git(repo: Path, *args: str) -> None:
+    subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True,
+                   env={**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+                        "GIT_COMMITTER_EMAIL": "t@t"})
+
+
+def test_the_export_holds_tracked_and_new_files_but_nothing_ignored(tmp_path: Path) -> None:
+    """cibuildwheel copies its whole working directory into the container: never venvs or builds."""
+    repo = tmp_path / "repo"
+    (repo / "src").mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    (repo / ".gitignore").write_text("/.venvs/\n/build/\n")
+    (repo / "src" / "a.py").write_text("a = 1\n")
+    (repo / "gone.txt").write_text("x")
+    _git(repo, "add", ".")
+    _git(repo, "commit", "-qm", "x")
+    (repo / "src" / "a.py").write_text("a = 2\n")  # an uncommitted edit travels
+    (repo / "new.txt").write_text("new")  # so does a new file git does not ignore
+    (repo / "gone.txt").unlink()  # a deleted one does not
+    for ignored in (".venvs/torch/bin/python", "build/x/obj.o"):
+        (repo / ignored).parent.mkdir(parents=True)
+        (repo / ignored).write_text("big")
+    out = export_tree(tmp_path / "export", repo)
+    files = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
+    assert files == [".gitignore", "new.txt", "src/a.py"]
+    assert (out / "src" / "a.py").read_text() == "a = 2\n"
+
+
+def test_the_standin_says_what_it_is_in_its_name_and_labels() -> None:
+    recipe = load_recipe()["standin"]
+    assert isinstance(recipe, dict)
+    runtime, build = image_names("x86_64", "0123456789abcdef")
+    for name in (runtime, build):
+        assert name.startswith(f"opkiln-standin-{recipe['suite']}-glibc{recipe['glibc']}:")
+    labels = " ".join(_labels("build", "0123456789abcdef"))
+    assert 'opkiln.standin="true"' in labels and f'opkiln.glibc="{recipe["glibc"]}"' in labels
+    assert f'opkiln.manylinux_tag="{recipe["manylinux_tag"]}"' in labels and "not manylinux_2_28" in labels
+
+
+def _fake_cuda_wheels(root: Path, components: dict[str, list[str]]) -> Path:
+    for component, files in components.items():
+        for rel in files:
+            path = root / "nvidia" / component / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(rel)
+            if rel.startswith("bin/"):
+                path.chmod(0o755)
+    return root
+
+
+@pytest.mark.parametrize("components", [
+    {"cu13": ["bin/nvcc", "bin/ptxas", "include/cuda_runtime.h", "lib/libcudart.so.13", "nvvm/bin/cicc"]},
+    {"cuda_nvcc": ["bin/nvcc", "bin/ptxas", "include/crt/host_config.h"],
+     "cuda_runtime": ["include/cuda_runtime.h", "lib/libcudart.so.12"], "cuda_cccl": ["include/cub/cub.cuh"]},
+], ids=["cuda13-one-root", "cuda12-one-folder-per-component"])
+def test_the_cuda_wheels_become_one_toolkit_root(tmp_path: Path, components: dict[str, list[str]]) -> None:
+    wheels = _fake_cuda_wheels(tmp_path / "wheels", components)
+    root = tmp_path / "cuda"
+    result = subprocess.run([str(LAYOUT), str(wheels), str(root)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    for files in components.values():
+        for rel in files:
+            assert (root / rel).read_text() == rel
+    assert os.readlink(root / "lib64") == "lib"
+    assert (root / "targets" / "x86_64-linux" / "include" / "cuda_runtime.h").is_file()
+    versioned = next(p.name for p in (root / "lib").glob("libcudart.so.*"))
+    assert os.readlink(root / "lib" / "libcudart.so") == versioned
+
+
+@pytest.mark.parametrize(("components", "message"), [
+    ({}, "no CUDA component"),
+    ({"cu13": ["include/cuda_runtime.h", "lib/libcudart.so.13"]}, "no bin/nvcc"),
+    ({"cu13": ["bin/nvcc", "include/cuda_runtime.h"]}, "no libcudart.so.<major>"),
+])
+def test_an_incomplete_toolkit_is_refused(tmp_path: Path, components: dict[str, list[str]], message: str) -> None:
+    wheels = _fake_cuda_wheels(tmp_path / "wheels", components)
+    (wheels / "nvidia").mkdir(parents=True, exist_ok=True)
+    result = subprocess.run([str(LAYOUT), str(wheels), str(tmp_path / "cuda")], capture_output=True, text=True)
+    assert result.returncode == 1 and message in result.stderr
+
+
+def _artifact(tags: tuple[str, ...], rule: ReleaseRule) -> tuple[SimpleNamespace, SimpleNamespace]:
+    wheel = SimpleNamespace(name=SimpleNamespace(platform_tags=tags), path=Path("opkiln-0.1.0-cp311-cp311-x.whl"))
+    return SimpleNamespace(release=rule, arch="x86_64"), wheel
+
+
+@settings(max_examples=60, derandomize=True, deadline=None)
+@given(glibc=st.lists(st.integers(min_value=5, max_value=41), min_size=1, max_size=3, unique=True))
+def test_a_release_wheel_is_never_tagged_above_the_floor(glibc: list[int]) -> None:
+    tags = tuple(f"manylinux_2_{minor}_x86_64" for minor in sorted(glibc))
+    artifact, wheel = _artifact(tags, ReleaseRule(floor=(2, 28)))
+    (result,) = _release_results(artifact, wheel)  # type: ignore[arg-type]
+    assert result.ok == all(minor <= 28 for minor in glibc)
+    if not result.ok:
+        assert result.finding == "above-release-floor" and "manylinux_2_28" in result.detail
+
+
+def test_a_tag_without_a_manylinux_claim_is_not_a_release_tag() -> None:
+    artifact, wheel = _artifact(("linux_x86_64",), ReleaseRule(floor=(2, 28)))
+    (result,) = _release_results(artifact, wheel)  # type: ignore[arg-type]
+    assert not result.ok and "linux_x86_64" in result.detail
+
+
+@pytest.mark.parametrize(("tags", "ok"), [
+    (("manylinux_2_34_x86_64",), True),
+    (("manylinux_2_28_x86_64",), False),  # not what the stand-in gives: something else built it
+    (("manylinux_2_34_x86_64", "manylinux_2_35_x86_64"), False),
+    (("manylinux_2_34_aarch64",), False),
+])
+def test_a_standin_run_asserts_exactly_its_bases_tag(tags: tuple[str, ...], ok: bool) -> None:
+    artifact, wheel = _artifact(tags, ReleaseRule(floor=(2, 28), standin_tag="manylinux_2_34"))
+    (result,) = _release_results(artifact, wheel)  # type: ignore[arg-type]
+    assert result.ok == ok
+    assert ("STAND-IN" in result.detail) and ("not a release wheel" in result.detail) == ok
+
+
+def test_kiln_audit_release_refuses_a_malformed_standin_tag(tmp_path: Path) -> None:
+    result = subprocess.run(["python3", str(REPO / "scripts" / "kiln"), "audit", "--release", str(tmp_path / "x.whl")],
+                            capture_output=True, text=True, env={**os.environ, "OPKILN_STANDIN_MANYLINUX": "2_34"})
+    assert result.returncode == 2 and "is not like manylinux_2_34" in result.stderr
+
+
+def test_the_compile_meter_is_read_per_wheel(tmp_path: Path) -> None:
+    cores = "ops/CMakeFiles/opkiln_kernel_cores.dir"
+    (tmp_path / "cp311-cp311-linux_x86_64-wheel.tsv").write_text(
+        f"{cores}/nms/nms_cuda.cu.o\t30.5\t0\n{cores}/nms/nms_cpu.cpp.o\t1.5\t0\n"
+        "ops/CMakeFiles/_C.dir/Unity/unity_op_bindings_cxx.cxx.o\t8.0\t0\n")
+    (tmp_path / "cp311-cp311-linux_x86_64-wheel.statslog").write_text(
+        "# /project/ops/nms/nms_cuda.cu\ncache_miss\ndirect_cache_miss\n# /project/ops/nms/nms_cpu.cpp\ncache_miss\n"
+        "# /project/build/cp311/ops/Unity/unity_op_bindings_cxx.cxx\ncache_miss\n")
+    (tmp_path / "cp312-cp312-linux_x86_64-wheel.tsv").write_text(
+        f"{cores}/nms/nms_cuda.cu.o\t0.1\t0\n{cores}/nms/nms_cpu.cpp.o\t0.1\t0\n"
+        "ops/CMakeFiles/_C.dir/Unity/unity_op_bindings_cxx.cxx.o\t8.5\t0\n")
+    (tmp_path / "cp312-cp312-linux_x86_64-wheel.statslog").write_text(
+        "# /project/ops/nms/nms_cuda.cu\ndirect_cache_hit\n# /project/ops/nms/nms_cpu.cpp\npreprocessed_cache_hit\n"
+        "# /project/build/cp312/ops/Unity/unity_op_bindings_cxx.cxx\ncache_miss\n")
+    first, second = measure.read_meter(tmp_path)
+    assert (first.objects, first.cpu_seconds, first.hits, first.misses) == (3, 40.0, 0, 3)
+    assert (first.kernel_core_objects, first.kernel_core_misses) == (2, 2)
+    assert (second.hits, second.misses, second.kernel_core_misses) == (2, 1, 0)
+    assert round(second.cpu_seconds, 1) == 8.7
+
+
+def test_the_container_recipe_is_data() -> None:
+    data = json.loads((REPO / "data" / "containers.json").read_text())
+    assert data["schema_version"] == 1
+    assert "--bridge=none" in data["engine"]["dockerd_args"]
+    assert set(data["standin"]["debian_arch"]) >= {"x86_64"}
