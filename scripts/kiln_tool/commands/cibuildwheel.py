@@ -75,7 +75,7 @@ def execute(args: argparse.Namespace) -> int:
                                      f"({', '.join(s.cuda for s in matrix.local)})")
             default = [spec.python, "3.12"] if args.compile_cost else [spec.python]
             pythons = tuple(args.pythons or default)
-            plans.append((job_for(variant, pythons[0], arch), pythons))
+            plans.append((job_for(variant, pythons, arch), pythons))
     except (ContainerError, MatrixError) as exc:
         print(f"kiln cibuildwheel: {exc}", file=sys.stderr)
         return 2

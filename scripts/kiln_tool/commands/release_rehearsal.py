@@ -76,7 +76,7 @@ def execute(args: argparse.Namespace) -> int:
               "the same name)", flush=True)
         python_tag = cpu.name.split("-")[2]  # cp311
         python = f"{python_tag[2]}.{python_tag[3:]}"
-        rebuild = run_cibuildwheel(engine, base, job_for("cpu", python, host_arch()), rebuilt,
+        rebuild = run_cibuildwheel(engine, base, job_for("cpu", (python,), host_arch()), rebuilt,
                                    log=work / "rebuild.log", skip_tests=True, pythons=(python,),
                                    extra_env={"SOURCE_DATE_EPOCH": str(int(source_date_epoch()) + 86400)})
         if [w.name for w in rebuild.wheels] != [cpu.name]:

@@ -21,12 +21,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..build_env import REPO_ROOT
 from ..epoch import source_date_epoch
-from ..matrix_data import MatrixJob, build_jobs, github_entry, select_jobs
+from ..matrix_data import MatrixJob, build_jobs, github_entry
 from ..matrix_data import load as load_matrix
 from .engine import STATE_DIR, ContainerError, Engine
 from .images import Base, ensure_build_image
@@ -105,24 +105,27 @@ def container_pip_env(values: dict[str, str]) -> dict[str, str]:
     return env
 
 
-def job_for(variant: str, python: str, arch: str) -> MatrixJob:
-    """The matrix job of the local combination `variant` (cpu, cu130) for one Python."""
+def job_for(variant: str, pythons: tuple[str, ...], arch: str) -> MatrixJob:
+    """The matrix job of the local combination `variant` (cpu, cu130), narrowed to `pythons`."""
     matrix = load_matrix()
     local = [s for s in matrix.local if s.cuda == variant]
     if not local:
         raise ContainerError(f"no local combination of data/matrix.json builds {variant}")
     torch = local[0].torch
     jobs = [j for j in build_jobs(matrix, "torch", (arch,)) if j.torch == torch and j.variant == variant]
-    selected = select_jobs(jobs, None, python)
-    if not selected:
-        raise ContainerError(f"data/matrix.json has no job for torch {torch} {variant} {arch} with Python {python}")
-    return selected[0]
+    missing = [p for p in pythons if not jobs or p not in jobs[0].pythons]
+    if not jobs or missing:
+        raise ContainerError(f"data/matrix.json has no job for torch {torch} {variant} {arch} with Python "
+                             f"{', '.join(missing or pythons)}")
+    return replace(jobs[0], pythons=tuple(p for p in jobs[0].pythons if p in pythons))
 
 
 def run_cibuildwheel(engine: Engine, base: Base, job: MatrixJob, out: Path, *, log: Path,
                      skip_tests: bool = False, extra_env: dict[str, str] | None = None,
                      cibuildwheel: Path | None = None, pythons: tuple[str, ...] | None = None,
-                     torch_index: str | None = None) -> CibwRun:
+                     torch_index: str | None = None, project: Path | None = None) -> CibwRun:
+    """cibuildwheel for `job`'s identifiers (those of `pythons`) into `out`. `project`: an export made by
+    export_tree() to build from (default: a fresh export of the working tree)."""
     arch = job.platform
     matrix = load_matrix()
     entry = github_entry(matrix, job)
@@ -143,6 +146,7 @@ def run_cibuildwheel(engine: Engine, base: Base, job: MatrixJob, out: Path, *, l
         "OPKILN_ABI_MODE": entry["mode"],
         "CCACHE_DIR": f"{HOST_MOUNT}{CCACHE_HOST_DIR}",
         "SOURCE_DATE_EPOCH": source_date_epoch(),
+        "OPKILN_GIT_COMMIT": git_head(),
         "DOCKER_BUILDKIT": "0",
     })
     if skip_tests:
@@ -156,7 +160,7 @@ def run_cibuildwheel(engine: Engine, base: Base, job: MatrixJob, out: Path, *, l
     out.mkdir(parents=True, exist_ok=True)
     before = set(out.glob("*.whl"))
     with tempfile.TemporaryDirectory(dir=STATE_DIR, prefix="cibw-project-") as tmp:
-        project = export_tree(Path(tmp) / "opkiln")
+        project = project or export_tree(Path(tmp) / "opkiln")
         cmd = [*exe, "--platform", "linux", "--output-dir", str(out.resolve()), str(project)]
         shown = {k: env[k] for k in sorted(env) if k.startswith(("CIBW_", "OPKILN_", "PIP_", "CCACHE_"))}
         with log.open("a") as fh:
@@ -198,6 +202,12 @@ def _stream(cmd: list[str], env: dict[str, str], cwd: Path, log: Path, run: Cibw
     if rc != 0:
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:])
         raise ContainerError(f"cibuildwheel failed (exit {rc}); the end of {log}:\n{tail}")
+
+
+def git_head(source: Path = REPO_ROOT) -> str:
+    """The commit the export is made from (the export has no .git; the build info records it)."""
+    proc = subprocess.run(["git", "-C", str(source), "rev-parse", "HEAD"], capture_output=True, text=True)
+    return proc.stdout.strip() if proc.returncode == 0 else "unknown"
 
 
 def host_arch() -> str:

@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..epoch import source_date_epoch
 from ..matrix_data import MatrixJob
-from .cibw import HOST_MOUNT, run_cibuildwheel
+from .cibw import HOST_MOUNT, export_tree, run_cibuildwheel
 from .engine import STATE_DIR, Engine
 from .images import Base
 
@@ -27,13 +29,18 @@ METER = "/project/scripts/ci/compile-meter"
 
 def repro(engine: Engine, base: Base, job: MatrixJob, pythons: tuple[str, ...], out: Path,
           log: Path) -> dict[str, Any]:
+    """Both builds from one export of the working tree and one SOURCE_DATE_EPOCH: the same inputs."""
     runs = []
-    for attempt in (1, 2):
-        folder = out / f"repro-{attempt}"
-        if folder.exists():
-            shutil.rmtree(folder)
-        runs.append(run_cibuildwheel(engine, base, job, folder, log=log, skip_tests=True, pythons=pythons,
-                                     extra_env={"CCACHE_DISABLE": "1"}))
+    epoch = source_date_epoch()
+    with tempfile.TemporaryDirectory(dir=STATE_DIR, prefix="repro-project-") as tmp:
+        project = export_tree(Path(tmp) / "opkiln")
+        for attempt in (1, 2):
+            folder = out / f"repro-{attempt}"
+            if folder.exists():
+                shutil.rmtree(folder)
+            runs.append(run_cibuildwheel(engine, base, job, folder, log=log, skip_tests=True, pythons=pythons,
+                                         project=project,
+                                         extra_env={"CCACHE_DISABLE": "1", "SOURCE_DATE_EPOCH": epoch}))
     result: dict[str, Any] = {"job": job.name, "identical": True, "wheels": []}
     for first, second in zip(runs[0].wheels, runs[1].wheels, strict=True):
         same = first.name == second.name and first.read_bytes() == second.read_bytes()
