@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kiln_tool.torch_runtime import TorchRuntimeError, link_requirements
+from kiln_tool.torch_runtime import TorchRuntimeError, installed_link_requirements, link_requirements
 
 REPO_KILN = [sys.executable, "scripts/kiln"]
 
@@ -80,4 +81,18 @@ def test_kiln_torch_runtime_on_the_cpu_dev_torch() -> None:
     result = subprocess.run([*REPO_KILN, "torch-runtime"], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert result.stdout == ""
-    assert "is a CPU build: the extension links none of its runtime wheels" in result.stderr
+    assert "CPU kernels (a CPU torch or OPKILN_VARIANT=cpu) link none of its runtime wheels" in result.stderr
+
+
+def test_cpu_kernels_against_a_cuda_torch_link_no_runtime_wheel(tmp_path: Path) -> None:
+    """OPKILN_VARIANT=cpu builds CPU kernels against any torch: nothing of CUDA is linked or installed."""
+    site = tmp_path / "site"
+    info = site / "torch-2.14.1.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: torch\nVersion: 2.14.1+cu130\n"
+                                   + "".join(f"Requires-Dist: {line}\n" for line in TORCH_2_14_1_CU130))
+    (info / "RECORD").write_text("")
+    version, cuda = installed_link_requirements([str(site)], variant="auto")
+    assert version == "2.14.1+cu130"
+    assert [r.requirement for r in cuda] == ["cuda-toolkit[cudart]==13.0.3"]
+    assert installed_link_requirements([str(site)], variant="cpu") == ("2.14.1+cu130", [])

@@ -31,8 +31,8 @@ def execute(args: argparse.Namespace) -> int:
         print(f"kiln torch-runtime: {req.library}: {req.requirement} (torch {version}: Requires-Dist "
               f"{req.source})", file=sys.stderr)
     if not requirements:
-        print(f"kiln torch-runtime: torch {version} is a CPU build: the extension links none of its runtime "
-              "wheels", file=sys.stderr)
+        print(f"kiln torch-runtime: torch {version}: CPU kernels (a CPU torch or OPKILN_VARIANT=cpu) link none "
+              "of its runtime wheels", file=sys.stderr)
     if args.install and requirements:
         proc = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet",
                                *(r.requirement for r in requirements)])
