@@ -97,7 +97,7 @@ def execute(args: argparse.Namespace) -> int:
             print(f"kiln cibuildwheel: {job.name} ({', '.join(pythons)}) on {base.describe()}; log {log}",
                   flush=True)
             run = run_cibuildwheel(engine, base, job, args.out, log=log, skip_tests=args.skip_tests,
-                                   pythons=pythons, torch_index=_torch_index(base))
+                                   pythons=pythons)
             facts = [wheel_facts(w) for w in run.wheels]
             summary["runs"].append({"job": job.name, "identifiers": list(run.identifiers), "image": run.image,
                                     "seconds": round(run.seconds, 1), "wheels": facts,
@@ -153,11 +153,3 @@ def _measure(engine: Any, base: Any, plans: list[Any], args: argparse.Namespace)
     name = "repro.json" if args.repro else "compile-cost.json"
     (args.out / name).write_text(json.dumps(results, indent=2) + "\n")
     return 0 if ok else 1
-
-
-def _torch_index(base: Any) -> str | None:
-    """The stand-in's torch index: PyPI plus this machine's package sources (download.pytorch.org is not
-    reachable here; pip prefers the local builds, e.g. 2.13.0+cpu). None: the matrix's own index."""
-    if base.standin is None:
-        return None
-    return "https://pypi.org/simple"

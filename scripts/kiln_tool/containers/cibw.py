@@ -141,7 +141,7 @@ def run_cibuildwheel(engine: Engine, base: Base, job: MatrixJob, out: Path, *, l
         # No bridge network here; cpu-shares keep a desktop responsive (nice does not reach containers).
         "CIBW_CONTAINER_ENGINE": "docker; create_args: --network=host --cpu-shares=512",
         "OPKILN_TORCH_VERSION": entry["torch"],
-        "OPKILN_TORCH_INDEX": torch_index or entry["torch_index"],
+        "OPKILN_TORCH_INDEX": torch_index or standin_torch_index(base) or entry["torch_index"],
         "OPKILN_VARIANT": entry["opkiln_variant"],
         "OPKILN_ABI_MODE": entry["mode"],
         "CCACHE_DIR": f"{HOST_MOUNT}{CCACHE_HOST_DIR}",
@@ -202,6 +202,16 @@ def _stream(cmd: list[str], env: dict[str, str], cwd: Path, log: Path, run: Cibw
     if rc != 0:
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:])
         raise ContainerError(f"cibuildwheel failed (exit {rc}); the end of {log}:\n{tail}")
+
+
+# The stand-in's torch index: download.pytorch.org is not reachable where no image registry is; PyPI
+# plus this machine's package sources (host_pip_sources) stand in for it, and pip prefers the local
+# builds (e.g. 2.13.0+cpu, whose local label sorts above PyPI's 2.13.0).
+STANDIN_TORCH_INDEX = "https://pypi.org/simple"
+
+
+def standin_torch_index(base: Base) -> str | None:
+    return STANDIN_TORCH_INDEX if base.standin is not None else None
 
 
 def git_head(source: Path = REPO_ROOT) -> str:
