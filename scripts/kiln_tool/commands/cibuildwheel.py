@@ -7,7 +7,8 @@
 
 It starts what it needs (docker.io, dockerd without a bridge network), builds the base (the real
 image where it can be pulled, else the STAND-IN) and docker/Dockerfile on it, then runs cibuildwheel
-with pyproject.toml's [tool.cibuildwheel]. Wheels land in OUT with summary.json.
+with pyproject.toml's [tool.cibuildwheel]. Wheels land in OUT (wheels only), logs and summary.json in
+--logs.
 """
 
 from __future__ import annotations
@@ -33,6 +34,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                         help="auto: the real manylinux_2_28 image where it can be pulled, else the stand-in")
     parser.add_argument("--out", type=Path, default=Path("wheelhouse"), metavar="DIR",
                         help="where the wheels go (default: %(default)s)")
+    parser.add_argument("--logs", type=Path, default=Path("build/cibuildwheel"), metavar="DIR",
+                        help="cibuildwheel's logs and summary.json (default: %(default)s; OUT holds wheels only, "
+                        "as kiln release and kiln index want it)")
     parser.add_argument("--skip-tests", action="store_true", help="build, repair and audit only")
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--repro", action="store_true",
@@ -89,10 +93,11 @@ def execute(args: argparse.Namespace) -> int:
             summary["base"].update(glibc=base.standin.glibc, manylinux_tag=base.standin.manylinux_tag)
         STATE_DIR.mkdir(parents=True, exist_ok=True)
         args.out.mkdir(parents=True, exist_ok=True)
+        args.logs.mkdir(parents=True, exist_ok=True)
         if args.repro or args.compile_cost:
             return _measure(engine, base, plans, args)
         for job, pythons in plans:
-            log = args.out / f"cibuildwheel-{job.name}.log"
+            log = args.logs / f"cibuildwheel-{job.name}.log"
             log.write_text("")
             print(f"kiln cibuildwheel: {job.name} ({', '.join(pythons)}) on {base.describe()}; log {log}",
                   flush=True)
@@ -114,10 +119,10 @@ def execute(args: argparse.Namespace) -> int:
         if engine is not None and not args.keep_engine:
             stop_engine(engine)
     summary["seconds"] = round(time.monotonic() - started, 1)
-    (args.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    (args.logs / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     note = f" {summary['base']['describe']}." if summary["base"]["standin"] else ""
     print(f"kiln cibuildwheel: {sum(len(r['wheels']) for r in summary['runs'])} wheel(s) in {args.out} "
-          f"in {summary['seconds']:.0f} s.{note}")
+          f"in {summary['seconds']:.0f} s (logs and summary.json in {args.logs}).{note}")
     return 0
 
 
@@ -127,7 +132,7 @@ def _measure(engine: Any, base: Any, plans: list[Any], args: argparse.Namespace)
     results = []
     ok = True
     for job, pythons in plans:
-        log = args.out / f"{'repro' if args.repro else 'compile-cost'}-{job.name}.log"
+        log = args.logs / f"{'repro' if args.repro else 'compile-cost'}-{job.name}.log"
         log.write_text("")
         print(f"kiln cibuildwheel: {'reproducibility' if args.repro else 'compile cost'} of {job.name} "
               f"({', '.join(pythons)}) on {base.describe()}; log {log}", flush=True)
@@ -151,5 +156,5 @@ def _measure(engine: Any, base: Any, plans: list[Any], args: argparse.Namespace)
         result["base"] = base.describe()
         results.append(result)
     name = "repro.json" if args.repro else "compile-cost.json"
-    (args.out / name).write_text(json.dumps(results, indent=2) + "\n")
+    (args.logs / name).write_text(json.dumps(results, indent=2) + "\n")
     return 0 if ok else 1
