@@ -23,6 +23,7 @@ from packaging.tags import InvalidTag
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion
 
+from . import kiln_wheel
 from .epoch import source_date_epoch
 from .matrix_data import load_matrix
 from .safezip import SafeZip, UnsafeArchiveError
@@ -56,7 +57,8 @@ class RepairInputError(RepairError):
 
 
 def check_wheel_input(wheel: Path) -> None:
-    """Refuse what auditwheel must never see: the audit's member rules (no symbolic links, no absolute or
+    """Refuse what auditwheel must never see: anything but a kiln wheel (kiln_tool.kiln_wheel);
+    the audit's member rules (no symbolic links, no absolute or
     ``..`` paths, no duplicates, limits on sizes and ratios) and every member's data (streamed, CRC-checked).
 
     auditwheel unpacks and re-zips a wheel: a symlink member would come back as a regular file, and a
@@ -72,7 +74,10 @@ def check_wheel_input(wheel: Path) -> None:
         raise RepairInputError(f"{wheel} is not a wheel file (a .whl zip archive)")
     try:
         with SafeZip(wheel) as archive:
-            archive.verify()
+            # kiln repairs kiln's wheels only: the definition the index and the audit hold them to.
+            kiln_wheel.check_archive(kiln_wheel.check_name(wheel.name), archive)
+    except kiln_wheel.NotAKilnWheel as exc:
+        raise RepairInputError(f"{wheel}: not a kiln wheel: {exc}") from None
     except UnsafeArchiveError as exc:
         raise RepairInputError(f"{wheel}: {exc}") from None
     except OSError as exc:

@@ -52,8 +52,12 @@ def make_wheel(directory: Path, *, name: str = "opkiln", version: str = "0.1.0+p
                abi_mode: str = "torch", cuda_tag: str = "cpu", torch_major_minor: str = "2.13",
                requires_python: str | None = ">=3.10", torch_requirement: str | None = "torch<2.14,>=2.13",
                filename: str | None = None, metadata: bool = True, build_info: bool = True,
-               build_info_overrides: dict[str, object] | None = None) -> Path:
-    """A small but well-formed wheel (METADATA, WHEEL, RECORD, build info); knobs to break each part."""
+               build_info_overrides: dict[str, object] | None = None, extra_files: dict[str, bytes] | None = None,
+               metadata_lines: list[str] | None = None, wheel_lines: list[str] | None = None) -> Path:
+    """A small but well-formed wheel (METADATA, WHEEL, RECORD, build info); knobs to break each part.
+
+    ``extra_files`` are added (and listed in RECORD); ``metadata_lines`` are appended to METADATA's
+    headers; ``wheel_lines`` replace WHEEL's lines."""
     directory.mkdir(parents=True, exist_ok=True)
     abi = abi_tag or ("abi3" if abi_mode == "stable" else python_tag)
     dist = f"{name}-{version}"
@@ -64,16 +68,22 @@ def make_wheel(directory: Path, *, name: str = "opkiln", version: str = "0.1.0+p
         "torch_major_minor": torch_major_minor,
         "cuda": None if cuda_tag == "cpu" else f"{cuda_tag[2:-1]}.{cuda_tag[-1]}",
         "cuda_tag": cuda_tag, "python_tag": python_tag if abi != "abi3" else f"{python_tag}-abi3",
+        **({"torch_min": torch_major_minor} if abi_mode == "stable" else {}),
         **(build_info_overrides or {}),
     }
     files: dict[str, bytes] = {f"{module}/__init__.py": b"__version__ = '0'\n"}
     if build_info:
         files[f"{module}/_build_info.json"] = (json.dumps(info, indent=2, sort_keys=True) + "\n").encode()
+    files.update(extra_files or {})
     if metadata:
-        files[f"{dist}.dist-info/METADATA"] = metadata_text(name, version, requires_python, torch_requirement).encode()
-    files[f"{dist}.dist-info/WHEEL"] = (
-        f"Wheel-Version: 1.0\nGenerator: synthetic\nRoot-Is-Purelib: false\nTag: {python_tag}-{abi}-{platform}\n"
-    ).encode()
+        text = metadata_text(name, version, requires_python, torch_requirement)
+        if metadata_lines:
+            text = text.rstrip("\n") + "\n" + "\n".join(metadata_lines) + "\n\n"
+        files[f"{dist}.dist-info/METADATA"] = text.encode()
+    lines = wheel_lines if wheel_lines is not None else [
+        "Wheel-Version: 1.0", "Generator: synthetic", "Root-Is-Purelib: false",
+        *(f"Tag: {python_tag}-{abi}-{p}" for p in platform.split("."))]
+    files[f"{dist}.dist-info/WHEEL"] = ("\n".join(lines) + "\n").encode()
     path = directory / filename
     _write_zip(path, _with_record(files, f"{dist}.dist-info"))
     return path

@@ -58,16 +58,16 @@ CASES: dict[str, tuple[Callable[[Path], object], str]] = {
     "corrupt zip": (_garbage, "corrupt wheel"),
     "truncated zip": (_truncated, "corrupt wheel"),
     "bad CRC": (_bad_crc, "corrupt wheel"),
-    "no METADATA": (lambda d: make_wheel(d, metadata=False), "no *.dist-info/METADATA"),
+    "no METADATA": (lambda d: make_wheel(d, metadata=False), "no opkiln-0.1.0+pt213cpu.dist-info/METADATA"),
     "no build info": (lambda d: make_wheel(d, build_info=False), "no opkiln/_build_info.json"),
     "METADATA of another version": (
         lambda d: make_wheel(d, filename="opkiln-0.2.0+pt213cpu-cp311-cp311-linux_x86_64.whl"),
-        "METADATA has version"),
-    "invalid Requires-Python": (lambda d: make_wheel(d, requires_python='>=3.10"<x'), "invalid Requires-Python"),
+        "a second .dist-info folder"),
+    "invalid Requires-Python": (lambda d: make_wheel(d, requires_python='>=3.10"<x'), "Requires-Python"),
     "path in build info": (lambda d: make_wheel(d, build_info_overrides={"cuda_tag": "../../etc"}),
                            "invalid cuda_tag"),
     "build info for another python": (lambda d: make_wheel(d, build_info_overrides={"python_tag": "cp312"}),
-                                      "does not match the file name"),
+                                      "python_tag 'cp312' is not the file name's"),
 }
 
 
@@ -103,7 +103,7 @@ def test_bad_input_leaves_an_existing_index_as_it_was(tmp_path: Path) -> None:
     result = kiln_index(dist, out)
 
     assert result.returncode == 2
-    assert "no *.dist-info/METADATA" in result.stderr
+    assert "dist-info/METADATA" in result.stderr
     assert tree(out) == before
     assert leftovers(tmp_path) == []
 
@@ -132,8 +132,8 @@ def test_hidden_partial_files_are_skipped(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("args", "message"), [
     (["--base-url", "javascript:alert(1)"], "not an http(s) URL"),
-    (["--base-url", 'https://example.org/"><script>'], "must be a plain URL"),
-    (["--base-url", "https://example.org/?q=1"], "must be a plain URL"),
+    (["--base-url", 'https://example.org/"><script>'], "must be a plain"),
+    (["--base-url", "https://example.org/?q=1"], "must be a plain"),
 ])
 def test_bad_base_url(args: list[str], message: str, tmp_path: Path) -> None:
     make_wheel(tmp_path / "dist")

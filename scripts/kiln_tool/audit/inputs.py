@@ -10,6 +10,7 @@ from email.parser import HeaderParser
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from .. import kiln_wheel
 from ..safezip import SafeZip, UnsafeArchiveError
 from .elf import ELF_MAGIC
 from .errors import AuditInputError
@@ -82,6 +83,9 @@ class Wheel:
     archive: SafeZip
     infos: dict[str, zipfile.ZipInfo]
     """The files of the wheel (directory entries left out)."""
+    kiln: kiln_wheel.KilnWheel | None = None
+    """Set for kiln's own wheels (project opkiln), which passed the kiln-wheel definition; None for a
+    foreign wheel, judged by the archive rules and the audit's checks alone."""
     _data: dict[str, bytes] = field(default_factory=dict)
 
     def read(self, member: str) -> bytes:
@@ -146,13 +150,22 @@ def open_wheel(path: Path, limits: Limits) -> Wheel:
         archive = SafeZip(path, limits)
     except UnsafeArchiveError as exc:
         raise AuditInputError(f"{path}: {exc}") from None
+    own: kiln_wheel.KilnWheel | None = None
     try:
         infos = {m: info for m, info in archive.members.items() if not info.is_dir()}
-        for member in infos:
-            if not is_shared_library_name(member):
-                for _chunk in archive.stream(member):
-                    pass
+        if kiln_wheel.is_kiln_project(path.name):
+            # kiln's own wheel: held to the positive definition the index publishes by (every member
+            # streamed and hashed against RECORD on the way).
+            own = kiln_wheel.check_archive(kiln_wheel.check_name(path.name), archive)
+        else:
+            for member in infos:
+                if not is_shared_library_name(member):
+                    for _chunk in archive.stream(member):
+                        pass
+    except kiln_wheel.NotAKilnWheel as exc:
+        archive.close()
+        raise AuditInputError(f"{path}: not a kiln wheel: {exc}") from None
     except UnsafeArchiveError as exc:
         archive.close()
         raise AuditInputError(f"{path}: {exc}") from None
-    return Wheel(path=path, name=name, archive=archive, infos=infos)
+    return Wheel(path=path, name=name, archive=archive, infos=infos, kiln=own)

@@ -42,17 +42,21 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 def execute(args: argparse.Namespace) -> int:
     from kiln_tool.index import KilnIndexError, build_index
+    from kiln_tool.index.publish import MergeCutShortError
 
     try:
         result = build_index(args.dist, args.out, args.base_url, log=print,
                              verify_published=not args.trust_published_sizes)
+    except MergeCutShortError as exc:  # the site changed: the message says exactly how far
+        print(f"kiln index: {exc}", file=sys.stderr)
+        return exc.exit_code
     except KilnIndexError as exc:
         print(f"kiln index: {exc}", file=sys.stderr)
         print("kiln index: nothing written", file=sys.stderr)
         return exc.exit_code
-    except OSError as exc:  # a disk that is full or not ours to write: OUT is left as it was
+    except OSError as exc:  # before the site changed (a full disk, a folder not ours to write): OUT as it was
         print(f"kiln index: cannot write the site: {exc}", file=sys.stderr)
-        print("kiln index: nothing written", file=sys.stderr)
+        print("kiln index: nothing written (the site is as it was)", file=sys.stderr)
         return 2
     for wheel in result.added:
         combos = ", ".join(c.page.removesuffix("index.html") for c in wheel.combos)

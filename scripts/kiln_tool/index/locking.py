@@ -7,13 +7,13 @@ is flock-ed by the run that made it for as long as it lives; a later run removes
 folders whose lock it can take, i.e. whose run has ended (the kernel drops a dead process's locks).
 """
 
-# ruff: noqa: PTH208
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
 import hashlib
+import json
 import os
 import shutil
 import stat
@@ -63,62 +63,134 @@ def output_lock(out: Path) -> Iterator[Path]:
         os.close(fd)
 
 
-def staging_prefixes(out: Path) -> tuple[str, str]:
-    return f".{out.name}.tmp-", f".{out.name}.old-"
+STAGING_INSIDE = ".kiln-staging-"
+
+
+def staging_prefix(out: Path) -> str:
+    return f".{out.name}.tmp-"
+
+
+def _records(out: Path) -> Path:
+    """Where the staging folders made for ``out`` are recorded: beside its lock, in the private lock folder."""
+    return lock_path(out).with_suffix(".staging")
+
+
+def _read_records(out: Path) -> list[dict[str, object]]:
+    try:
+        text = _records(out).read_text(encoding="utf-8")
+    except OSError:
+        return []
+    found = []
+    for line in text.splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and isinstance(record.get("path"), str) and isinstance(record.get("dev"), int) \
+                and isinstance(record.get("ino"), int):
+            found.append(record)
+    return found
+
+
+def _write_records(out: Path, records: list[dict[str, object]]) -> None:
+    path = _records(out)
+    if not records:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+        return
+    temp = path.with_name(f"{path.name}.{os.getpid()}")
+    temp.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in records), encoding="utf-8")
+    temp.replace(path)
 
 
 @dataclass
 class Staging:
-    """A folder beside OUT where a run builds its work, locked by that run while it lives."""
+    """A folder where a run builds its work, locked by that run while it lives.
+
+    Its path, device and inode are recorded in the private lock folder before anything is written
+    into it: that record, not a name pattern, is what lets a later run remove it. A folder kiln did
+    not create (whatever its name) is never deleted.
+    """
 
     path: Path
     fd: int
+    out: Path
+    moved: bool = False
 
     @classmethod
-    def create(cls, out: Path) -> Staging:
-        path = Path(tempfile.mkdtemp(prefix=staging_prefixes(out)[0], dir=out.parent))
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        return cls(path, fd)
+    def create(cls, out: Path, inside: bool = False) -> Staging:
+        """Beside ``out`` (a new site, renamed into place), or inside it (a merge: same file system as the
+        site even when ``out`` is a mount point)."""
+        parent, prefix = (out, STAGING_INSIDE) if inside else (out.parent, staging_prefix(out))
+        path = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            st = os.fstat(fd)
+            _write_records(out, [*_read_records(out), {"path": os.fspath(path), "dev": st.st_dev, "ino": st.st_ino}])
+        except BaseException:
+            with contextlib.suppress(OSError):
+                path.rmdir()
+            raise
+        return cls(path, fd, out)
+
+    def renamed(self) -> None:
+        """The folder became the site (one rename): nothing of it is left to remove."""
+        self.moved = True
 
     def remove(self) -> None:
-        """Remove the folder (whatever is still in it), then let go of its lock."""
+        """Remove the folder (whatever is still in it), then let go of its lock and its record."""
         if self.fd < 0:
             return
         try:
-            shutil.rmtree(self.path, ignore_errors=True)
+            if not self.moved:
+                shutil.rmtree(self.path, ignore_errors=True)
         finally:
             os.close(self.fd)
             self.fd = -1
+            with contextlib.suppress(OSError):
+                _write_records(self.out, [r for r in _read_records(self.out) if r["path"] != os.fspath(self.path)])
 
 
 def remove_stale_staging(out: Path) -> list[Path]:
-    """Remove the staging folders of ``out`` whose run has ended; return what was removed."""
-    parent = out.parent
-    if not parent.is_dir():
+    """Remove the staging folders recorded for ``out`` whose run has ended; return what was removed.
+
+    A folder is removed only when it is the very folder recorded (same path, device and inode) and its
+    lock can be taken (its run is gone). Records of folders that are gone are dropped.
+    """
+    records = _read_records(out)
+    if not records:
         return []
     removed = []
-    prefixes = staging_prefixes(out)
-    for name in sorted(os.listdir(parent)):
-        if not name.startswith(prefixes):
-            continue
-        path = parent / name
-        if path.is_symlink() or not path.is_dir():
-            continue
+    kept = []
+    for record in records:
+        path = Path(str(record["path"]))
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+            st = os.lstat(path)
         except OSError:
+            continue  # gone (or renamed into place as the site): nothing to remove, the record goes
+        if not stat.S_ISDIR(st.st_mode) or (st.st_dev, st.st_ino) != (record["dev"], record["ino"]):
+            continue  # something else now has that name: not ours, never deleted
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        except OSError:
+            kept.append(record)
             continue
         try:
+            if (os.fstat(fd).st_dev, os.fstat(fd).st_ino) != (st.st_dev, st.st_ino):
+                continue
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                continue  # its run is alive
+                kept.append(record)  # its run is alive
+                continue
             shutil.rmtree(path)
             removed.append(path)
         finally:
             os.close(fd)
+    _write_records(out, kept)
     return removed
 
 
-__all__ = ["LOCK_DIR_ENV", "Staging", "lock_dir", "lock_path", "output_lock", "remove_stale_staging"]
+__all__ = ["LOCK_DIR_ENV", "STAGING_INSIDE", "Staging", "lock_dir", "lock_path", "output_lock",
+           "remove_stale_staging"]

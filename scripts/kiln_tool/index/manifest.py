@@ -9,40 +9,23 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any, cast
+from urllib.parse import urlsplit
 
-from packaging.specifiers import InvalidSpecifier
-from packaging.tags import Tag
-from packaging.utils import canonicalize_name
-from packaging.version import Version
-
+from .. import kiln_wheel
 from .combos import Combination
 from .errors import IndexInputError
 from .identity import Identities
-from .wheels import WheelInfo, check_wheel_name, specifier
+from .wheels import WheelInfo
 
 MANIFEST_NAME = "kiln-index.json"
 MANIFEST_SCHEMA = 1
 SCHEMA_FILE = "kiln-index.schema.json"
-
-
-def _normal(version: Version) -> str:
-    # Keyed on the parts str() prints, never on the Version: 0.1.0 == 0.1.0.0 (and hash alike) under PEP 440.
-    return _normal_of(version.epoch, version.release, version.pre, version.post, version.dev, version.local, version)
-
-
-@functools.cache
-def _normal_of(*parts: object) -> str:
-    return str(parts[-1])
-
-
-@functools.cache
-def _platforms(tags: frozenset[Tag]) -> list[str]:
-    return sorted({t.platform for t in tags})
 
 
 @functools.cache
@@ -94,41 +77,70 @@ class PublishedWheel:
 
     @classmethod
     def from_json(cls, data: dict[str, Any], where: str) -> PublishedWheel:
-        """An entry that passed the schema; its meaning is checked here (IndexInputError when wrong)."""
+        """An entry that passed the schema; its meaning is checked here (IndexInputError when wrong), by the
+        very rules a new wheel is held to (kiln_tool.kiln_wheel): what kiln writes, it reads back."""
         filename = data["filename"]
 
         def bad(reason: str) -> IndexInputError:
             return IndexInputError(f"{where}: malformed entry for {filename!r}: {reason}")
 
         try:
-            name, version, _build, tags = check_wheel_name(filename)
-        except IndexInputError as exc:
+            name = kiln_wheel.check_name(filename)
+            if data["requires_python"] is not None:
+                kiln_wheel.check_requires_python(data["requires_python"])
+            if data["torch_requirement"] is None:
+                raise kiln_wheel.NotAKilnWheel("no torch_requirement (every kiln wheel pins torch)")
+            kiln_wheel.check_torch_requirement(data["torch_requirement"])
+            kiln_wheel.check_fields(name, data["abi_mode"], data["cuda_tag"], data["torch_major_minor"],
+                                    data["torch_requirement"])
+        except kiln_wheel.NotAKilnWheel as exc:
             raise bad(str(exc)) from None
-        if data["project"] != canonicalize_name(name):
-            raise bad(f"project {data['project']!r} is not the file name's {canonicalize_name(name)!r}")
-        if data["version"] != _normal(version):
-            raise bad(f"version {data['version']!r} is not the file name's {str(version)!r} in normal form")
-        platforms = _platforms(tags)
-        if sorted(data["platforms"]) != platforms:
-            raise bad(f"platforms {data['platforms']} are not the file name's {platforms}")
-        interpreters = {f"{t.interpreter}-{t.abi}" if t.abi == "abi3" else t.interpreter for t in tags}
-        if data["python_tag"] not in interpreters:
-            raise bad(f"python_tag {data['python_tag']!r} is not one of the file name's")
-        for key in ("requires_python", "torch_requirement"):
-            if data[key] is not None:
-                try:
-                    specifier(data[key])
-                except InvalidSpecifier:
-                    raise bad(f"{key} {data[key]!r} is not a version specifier") from None
+        if data["project"] != name.project:
+            raise bad(f"project {data['project']!r} is not the file name's {name.project!r}")
+        if data["version"] != name.version:
+            raise bad(f"version {data['version']!r} is not the file name's {name.version!r}")
+        if sorted(data["platforms"]) != list(name.platforms):
+            raise bad(f"platforms {data['platforms']} are not the file name's {list(name.platforms)}")
+        if data["python_tag"] != name.python_tag:
+            raise bad(f"python_tag {data['python_tag']!r} is not the file name's {name.python_tag!r}")
+        combos = _combos(tuple((c["torch"], c["cuda"]) for c in data["combos"]))
+        own = Combination(data["torch_major_minor"], data["cuda_tag"])
+        if own not in combos or any(c.cuda != own.cuda for c in combos) or \
+                (data["abi_mode"] == "torch" and len(combos) != 1):
+            raise bad(f"combos {[c.page for c in combos]} are not those of a {data['abi_mode']} wheel for torch "
+                      f"{own.torch} ({own.cuda})")
         return cls(
             filename=filename, project=data["project"], version=data["version"],
             sha256=data["sha256"], size=data["size"], metadata_sha256=data["metadata_sha256"],
             requires_python=data["requires_python"], torch_requirement=data["torch_requirement"],
             abi_mode=data["abi_mode"], cuda_tag=data["cuda_tag"],
             torch_major_minor=data["torch_major_minor"], python_tag=data["python_tag"],
-            platforms=tuple(platforms),
-            combos=_combos(tuple((c["torch"], c["cuda"]) for c in data["combos"])),
+            platforms=name.platforms, combos=combos,
         )
+
+
+_BASE_URL = re.compile(r"https?://[A-Za-z0-9._~:/\[\]!&()*+,;=%-]+/")
+MAX_BASE_URL = 500
+
+
+def check_base_url(url: str) -> str:
+    """``--base-url`` as it is stored: the same rules when given on the command line and when read back."""
+    if len(url) > MAX_BASE_URL:
+        raise IndexInputError(f"--base-url: longer than {MAX_BASE_URL} characters")
+    shown = url[:100]
+    try:
+        parts = urlsplit(url)
+        _port = parts.port
+    except ValueError as exc:
+        raise IndexInputError(f"--base-url {shown!r}: not a URL ({exc})") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise IndexInputError(f"--base-url {shown!r}: not an http(s) URL with a host")
+    if "@" in parts.netloc:
+        raise IndexInputError(f"--base-url {shown!r}: carries credentials, which the landing page would publish")
+    if not _BASE_URL.fullmatch(url) or "?" in url or "#" in url:
+        raise IndexInputError(f"--base-url {shown!r}: must be a plain http(s) URL ending in '/' (ASCII letters, "
+                              "digits and URL punctuation; no query, fragment, quotes, spaces or credentials)")
+    return url
 
 
 @dataclass
@@ -198,23 +210,37 @@ def load_manifest(out: Path) -> Manifest | None:
             )
         return None
     try:
-        doc = json.loads(path.read_bytes().decode("utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise IndexInputError(f"{path}: unreadable ({str(exc)[:200]}); refusing to merge") from None
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise IndexInputError(f"{path}: unreadable ({exc.strerror}); refusing to merge") from None
+    return parse_manifest(raw, str(path))
+
+
+def parse_manifest(raw: bytes, where: str) -> Manifest:
+    """A manifest's bytes, checked: the one reader, for what is on disk and for what a run is about to write."""
+    try:
+        doc = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise IndexInputError(f"{where}: unreadable ({str(exc)[:200]}); refusing to merge") from None
     if not isinstance(doc, dict) or doc.get("schema") != MANIFEST_SCHEMA:
-        raise IndexInputError(f"{path}: not a kiln index manifest of schema {MANIFEST_SCHEMA}; refusing to merge")
+        raise IndexInputError(f"{where}: not a kiln index manifest of schema {MANIFEST_SCHEMA}; refusing to merge")
     problem = schema_problem(doc)
     if problem:
-        raise IndexInputError(f"{path}: {problem}; refusing to merge")
+        raise IndexInputError(f"{where}: {problem}; refusing to merge")
+    if doc["base_url"] is not None:
+        try:
+            check_base_url(doc["base_url"])
+        except IndexInputError as exc:
+            raise IndexInputError(f"{where}: base_url: {exc}; refusing to merge") from None
     wheels: dict[str, PublishedWheel] = {}
     identities = Identities()
     for entry in doc["wheels"]:
-        wheel = PublishedWheel.from_json(entry, str(path))
+        wheel = PublishedWheel.from_json(entry, where)
         if wheel.filename in wheels:
-            raise IndexInputError(f"{path}: {wheel.filename} listed twice")
+            raise IndexInputError(f"{where}: {wheel.filename} listed twice")
         twin = identities.equivalent(wheel.filename)
         if twin is not None:
-            raise IndexInputError(f"{path}: {wheel.filename} and {twin} name one distribution; refusing to merge")
+            raise IndexInputError(f"{where}: {wheel.filename} and {twin} name one distribution; refusing to merge")
         identities.add(wheel.filename, wheel.sha256)
         wheels[wheel.filename] = wheel
     return Manifest(base_url=doc["base_url"], wheels=wheels)

@@ -20,29 +20,35 @@ is gone.
 
 # The loops over every published file use os and str paths: pathlib costs several times more per
 # file, and an index holds tens of thousands of files (target: 10,000 wheels in 3 s).
-# ruff: noqa: PTH101, PTH103, PTH104, PTH108, PTH113, PTH117, PTH118, PTH120, PTH123
+# ruff: noqa: PTH101, PTH102, PTH104, PTH106, PTH108, PTH112, PTH113, PTH117, PTH118, PTH120, PTH123, S103
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import errno
 import hashlib
+import json
 import os
-import shutil
 import stat
+import struct
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import urlsplit
 
 from . import render
 from .combos import Combination, TorchCatalog, combinations_for, python_support
-from .errors import AuditRefusedError, IndexConflictError, IndexInputError, IndexIntegrityError
+from .errors import AuditRefusedError, IndexConflictError, IndexInputError, IndexIntegrityError, KilnIndexError
 from .identity import Identities
 from .locking import Staging, output_lock, remove_stale_staging
-from .manifest import MANIFEST_NAME, Manifest, PublishedWheel, load_manifest
+from .manifest import (
+    MANIFEST_NAME,
+    MANIFEST_SCHEMA,
+    Manifest,
+    PublishedWheel,
+    check_base_url,
+    load_manifest,
+    parse_manifest,
+)
 from .wheels import ParsedName, WheelInfo, check_wheel_name, file_sha256, inspect_wheel
 
 Auditor = Callable[[Path], tuple[bool, str]]
@@ -75,19 +81,18 @@ def kiln_audit(wheel: Path) -> tuple[bool, str]:
         report = audit_paths([wheel], AuditOptions(torch_lib=None, cuda_archs=None, policy=AUDIT_POLICY))
     except AuditInputError as exc:
         raise IndexInputError(f"{wheel.name}: the audit cannot read it: {exc}") from None
+    except (ValueError, LookupError, ArithmeticError, struct.error, UnicodeError, AssertionError, TypeError) as exc:
+        # A malformed ELF (or other member) that the audit's parsers did not anticipate: unusable input.
+        detail = " ".join(str(exc).split())[:200] or type(exc).__name__
+        raise IndexInputError(f"{wheel.name}: the audit cannot parse it: {detail}") from None
     return bool(report.ok), str(report.render_text())
 
 
 def normalize_base_url(url: str | None) -> str | None:
-    """``https://host/path`` -> ``https://host/path/``; anything that is not a plain http(s) URL is refused."""
+    """``https://host/path`` -> ``https://host/path/``, then held to the very rules the manifest is read with."""
     if url is None:
         return None
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise IndexInputError(f"--base-url {url!r}: not an http(s) URL")
-    if parts.query or parts.fragment or any(c in url for c in " \t\r\n\"'<>`\\"):
-        raise IndexInputError(f"--base-url {url!r}: must be a plain URL without query, fragment, quotes or spaces")
-    return url if url.endswith("/") else url + "/"
+    return check_base_url(url if url.endswith("/") else url + "/")
 
 
 def list_dist(dist: Path) -> tuple[list[tuple[Path, ParsedName]], list[str]]:
@@ -149,21 +154,24 @@ def build_index(dist: Path, out: Path, base_url: str | None = None, *, audit: Au
 
     paths, name_problems = list_dist(dist)
     with output_lock(out):
+        for removed in remove_stale_staging(out):
+            say(f"removed {removed} (left by an interrupted run)")
         manifest = load_manifest(out)
-        merging = manifest is not None
+        in_place = out.exists()  # an existing folder (perhaps a mount point) is merged into, never replaced
         manifest = manifest or Manifest(base_url=None, wheels={})
+        pending = load_pending(out) if in_place else None
+        if pending is not None:
+            manifest = _roll_forward(out, manifest, pending, say)
         if not paths and not name_problems and not manifest.wheels:
             raise IndexInputError(f"{dist} has no wheels and {out} has no index: nothing to publish")
         _check_published_files(out, manifest, verify_published)
-        for removed in remove_stale_staging(out):
-            say(f"removed {removed} (left by an interrupted run)")
 
-        created = _make_parents(out.parent)
-        staging = Staging.create(out)
+        created = [] if in_place else _make_parents(out.parent)
+        staging = Staging.create(out, inside=in_place)
         tmp = staging.path
         try:
             wheel_dir = tmp / render.WHEEL_DIR
-            wheel_dir.mkdir()
+            _mkdir(wheel_dir)
             to_add, unchanged = _stage_new(dist, paths, out, manifest, wheel_dir, name_problems)
             if audit is not None and to_add:
                 # The audit reads the very copies that get published, not DIST's files.
@@ -181,19 +189,21 @@ def build_index(dist: Path, out: Path, base_url: str | None = None, *, audit: Au
                 published[wheel.filename] = PublishedWheel.from_wheel(wheel, combos)
                 added.append(published[wheel.filename])
             new_manifest = Manifest(base_url=base_url or manifest.base_url, wheels=published)
+            _accepted_by_next_run(new_manifest, [w.filename for w in to_add])
             pythons = set(catalog.pythons) | {python_support(w.python_tag)[0] for w in published.values()}
-            if merging and not os.path.lexists(os.path.join(out, PENDING_MARKER)):
+            if in_place and pending is None and not os.path.lexists(os.path.join(out, PENDING_MARKER)):
                 changed = [w for name, w in published.items() if manifest.wheels.get(name) is not w]
                 pages = _render_site(new_manifest, sorted(pythons), catalog, _pages_of(changed, manifest))
             else:
                 pages = _render_site(new_manifest, sorted(pythons), catalog, None)
-            if merging:
+            if in_place:
                 _merge_in_place(tmp, out, [w.filename for w in to_add], pages)
             else:
                 for rel, text in pages.items():
                     _write_inside(tmp, rel, text)
                 tmp.chmod(0o755)
-                _swap_into_place(tmp, out)
+                tmp.rename(out)  # the new site appears in one step
+                staging.renamed()
         except BaseException:
             staging.remove()
             for directory in reversed(created):
@@ -205,6 +215,59 @@ def build_index(dist: Path, out: Path, base_url: str | None = None, *, audit: Au
     result = IndexResult(out=out, added=added, unchanged=unchanged, total=len(published))
     result.combos = sorted({c for w in published.values() for c in w.combos}, key=lambda c: c.sort_key)
     return result
+
+
+def _accepted_by_next_run(manifest: Manifest, new: list[str]) -> None:
+    """What this run is about to write, read back by the reader every later run uses (schema, then meaning:
+    manifest.parse_manifest's checks, on the top level and on each new entry; the published entries were
+    read by that very reader at the start of this run): an input is accepted only if the site it produces
+    is accepted by the next run."""
+    doc = {"schema": MANIFEST_SCHEMA, "generator": "kiln index", "base_url": manifest.base_url,
+           "wheels": [manifest.wheels[name].to_json() for name in new]}
+    text = json.dumps(doc, sort_keys=True)
+    try:
+        again = parse_manifest(text.encode("utf-8"), MANIFEST_NAME)
+    except IndexInputError as exc:
+        raise IndexInputError(f"refusing: the next run would refuse the site this run would write: {exc}") from None
+    if any(again.wheels[name] != manifest.wheels[name] for name in new) or again.base_url != manifest.base_url:
+        raise IndexInputError("refusing: the manifest this run would write does not read back as written")
+
+
+def load_pending(out: Path) -> Manifest | None:
+    """The manifest a merge that was cut short meant to write (OUT/.kiln-merge-pending), if any."""
+    path = os.path.join(out, PENDING_MARKER)
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        raise IndexInputError(f"{path}: not a regular file; refusing to merge into a damaged index")
+    with open(path, "rb") as fh:
+        raw = fh.read()
+    try:
+        return parse_manifest(raw, path)
+    except IndexInputError:
+        return Manifest(base_url=None, wheels={})  # a marker of an older kiln: re-render every page, nothing more
+
+
+def _roll_forward(out: Path, manifest: Manifest, pending: Manifest, say: Callable[[str], None]) -> Manifest:
+    """Finish a merge that was cut short: every wheel it moved into place is published (a page may list it),
+    so it joins the manifest and keeps its bytes forever; a wheel it had not moved yet was never listed."""
+    wheels = dict(manifest.wheels)
+    wheel_dir = os.path.join(out, render.WHEEL_DIR)
+    finished = []
+    for name, entry in pending.wheels.items():
+        if name in wheels:
+            continue
+        path = os.path.join(wheel_dir, name)
+        if os.path.lexists(path) and os.path.lexists(f"{path}.metadata"):
+            wheels[name] = entry
+            finished.append(name)
+    if finished:
+        say(f"finishing a merge that was cut short: {', '.join(sorted(finished))}")
+    merged = Manifest(base_url=manifest.base_url or pending.base_url, wheels=wheels)
+    _accepted_by_next_run(merged, finished)
+    return merged
 
 
 def _pages_of(changed: list[PublishedWheel], manifest: Manifest) -> set[str]:
@@ -229,15 +292,46 @@ def inside(root: Path, rel: str) -> str:
     return target
 
 
+def _mkdir(path: Path | str) -> list[str]:
+    """mkdir -p with every folder it creates at mode 0755, whatever the umask; returns what it created."""
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        return []
+    created = _mkdir(os.path.dirname(path))
+    os.mkdir(path)
+    os.chmod(path, 0o755)  # a site is public: every folder readable and searchable by the web server
+    return [*created, path]
+
+
+def _write_file(path: str, data: bytes) -> None:
+    """A new file at mode 0644 (not the caller's umask: a web server must read every page)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    try:
+        os.fchmod(fd, 0o644)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
+
+
 def _write_inside(root: Path, rel: str, text: str) -> None:
     target = inside(root, rel)
-    os.makedirs(os.path.dirname(target), exist_ok=True)
-    with open(target, "w", encoding="utf-8") as fh:
-        fh.write(text)
+    _mkdir(os.path.dirname(target))
+    _write_file(target, text.encode("utf-8"))
+
+
+class MergeCutShortError(KilnIndexError):
+    """An I/O error after the merge began changing the site: the message says exactly what is in place."""
+
+    exit_code = 2
 
 
 def _merge_in_place(tmp: Path, out: Path, new_wheels: list[str], pages: dict[str, str]) -> None:
-    """Move the staged wheels into OUT, then each page that changed, then the manifest (the commit)."""
+    """Commit a merge: every byte is staged (inside OUT: one file system) before the site changes; then the
+    journal (.kiln-merge-pending: the manifest being written), the new wheels, each changed page, the
+    manifest last, and the journal goes. From the first rename on, renames are all that is left, and an
+    error says how far the merge got; the next run finishes it (index/publish.py _roll_forward)."""
     changed = {}
     for rel, text in pages.items():
         target = inside(out, rel)
@@ -252,25 +346,61 @@ def _merge_in_place(tmp: Path, out: Path, new_wheels: list[str], pages: dict[str
         changed[rel] = (target, text)
     moves = []
     for name in new_wheels:
-        for rel in (f"{render.WHEEL_DIR}/{name}", f"{render.WHEEL_DIR}/{name}.metadata"):
+        for rel in (f"{render.WHEEL_DIR}/{name}.metadata", f"{render.WHEEL_DIR}/{name}"):
             moves.append((os.path.join(tmp, rel), inside(out, rel)))
-    if not moves and not changed:
-        return
     marker = inside(out, PENDING_MARKER)
-    with open(marker, "w", encoding="utf-8") as fh:
-        fh.write("a kiln index merge was cut short; the next run re-renders every page\n")
-    os.makedirs(os.path.join(out, render.WHEEL_DIR), exist_ok=True)
-    for staged, target in moves:
-        os.rename(staged, target)
+    if not moves and not changed:
+        if os.path.lexists(marker):
+            os.unlink(marker)
+        return
+    # Stage everything that takes space (ENOSPC can only strike here, before the site changes).
     last = changed.pop(MANIFEST_NAME, None)
-    for _rel, (target, text) in [*sorted(changed.items()), *([(MANIFEST_NAME, last)] if last else [])]:
-        os.makedirs(os.path.dirname(target), exist_ok=True)
-        staged = os.path.join(tmp, ".page")  # one at a time: written, then renamed over its target
-        with open(staged, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.chmod(staged, 0o644)
-        os.rename(staged, target)
-    os.unlink(marker)
+    ordered = [*sorted(changed.items()), *([(MANIFEST_NAME, last)] if last else [])]
+    staged_pages = []
+    page_dir = os.path.join(tmp, ".pages")
+    _mkdir(page_dir)
+    for number, (rel, (target, text)) in enumerate(ordered):
+        staged = os.path.join(page_dir, str(number))
+        _write_file(staged, text.encode("utf-8"))
+        staged_pages.append((rel, staged, target))
+    journal = os.path.join(tmp, ".journal")
+    _write_file(journal, (last[1] if last else pages[MANIFEST_NAME]).encode("utf-8"))
+    made_dirs: list[str] = []
+    try:
+        for directory in sorted({os.path.dirname(t) for _s, t in moves}
+                                | {os.path.dirname(t) for _r, _s, t in staged_pages}):
+            made_dirs += _mkdir(directory)
+        os.rename(journal, marker)
+    except OSError:
+        for directory in reversed(made_dirs):  # the site as it was: nothing written
+            with contextlib.suppress(OSError):
+                os.rmdir(directory)
+        raise
+    done: list[str] = []
+    listed: list[str] = []
+    try:
+        for staged, target in moves:
+            os.rename(staged, target)
+            done.append(os.path.relpath(target, out))
+        for rel, staged, target in staged_pages:
+            os.rename(staged, target)
+            done.append(rel)
+            if rel != MANIFEST_NAME:
+                listed.append(rel)
+        os.unlink(marker)
+    except OSError as exc:
+        wheels_in = sum(1 for d in done if not d.endswith(".metadata") and d.startswith(f"{render.WHEEL_DIR}/"))
+        if listed:
+            where = (f"{len(listed)} page(s) already list them ({', '.join(listed[:5])}"
+                     f"{', ...' if len(listed) > 5 else ''}): they are published, and their names keep these bytes")
+        else:
+            where = "no page lists them yet"
+        raise MergeCutShortError(
+            f"{out}: the merge was cut short ({exc.strerror or exc}: {exc.filename or ''}) after {len(done)} of "
+            f"{len(moves) + len(staged_pages)} rename(s): {wheels_in} of {len(new_wheels)} new wheel(s) are in "
+            f"place, {where}. Every page still links only files that are in place; "
+            f"{PENDING_MARKER} records the merge and the next run finishes it"
+        ) from None
 
 
 _SMALL_WHEEL = 1 << 24
@@ -325,13 +455,7 @@ def _write_batch(batch: list[tuple[str, bytes | str]]) -> None:
 
 
 def _write_new(path: str, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-    finally:
-        os.close(fd)
+    _write_file(path, data)
 
 
 def _stage_new(dist: Path, paths: list[tuple[Path, ParsedName]], out: Path, manifest: Manifest,
@@ -529,6 +653,7 @@ def _copy_hashed(src: Path, dst: Path) -> tuple[str, int]:
     digest = hashlib.sha256()
     size = 0
     with src.open("rb") as fin, dst.open("xb") as fout:
+        os.fchmod(fout.fileno(), 0o644)
         while chunk := fin.read(_CHUNK):
             digest.update(chunk)
             size += len(chunk)
@@ -536,44 +661,5 @@ def _copy_hashed(src: Path, dst: Path) -> tuple[str, int]:
     return digest.hexdigest(), size
 
 
-_RENAME_EXCHANGE = 2
-_AT_FDCWD = -100
-
-
-def _exchange(a: Path, b: Path) -> bool:
-    """Swap two paths in one step (Linux renameat2 RENAME_EXCHANGE); False where unsupported."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        renameat2 = libc.renameat2
-    except (OSError, AttributeError):
-        return False
-    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
-    renameat2.restype = ctypes.c_int
-    if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
-        return True
-    err = ctypes.get_errno()
-    if err in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP):
-        return False
-    raise OSError(err, os.strerror(err), str(b))
-
-
-def _swap_into_place(tmp: Path, out: Path) -> None:
-    if not out.exists():
-        tmp.rename(out)
-        return
-    # Once the new site is in place the run has succeeded; what is left of the old one is
-    # only scratch (a later run removes it if this removal is cut short).
-    if _exchange(tmp, out):
-        shutil.rmtree(tmp, ignore_errors=True)  # now the old site
-        return
-    old = out.with_name(f".{out.name}.old-{os.getpid()}")
-    out.rename(old)
-    try:
-        tmp.rename(out)
-    except BaseException:
-        old.rename(out)
-        raise
-    shutil.rmtree(old, ignore_errors=True)
-
-
-__all__ = ["Auditor", "IndexResult", "build_index", "kiln_audit", "list_dist", "normalize_base_url"]
+__all__ = ["Auditor", "IndexResult", "MergeCutShortError", "build_index", "kiln_audit", "list_dist",
+           "normalize_base_url"]

@@ -9,19 +9,18 @@ checked against a strict pattern before anything is written.
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any
 
-from packaging.requirements import InvalidRequirement, Requirement
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.specifiers import SpecifierSet
 from packaging.tags import InvalidTag, Tag, parse_tag
-from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
+from .. import kiln_wheel
+from ..kiln_wheel import metadata_headers
 from ..safezip import SafeZip, UnsafeArchiveError
 from .errors import IndexInputError
 
@@ -33,10 +32,7 @@ MAX_NAME_LENGTH = 200
 CUDA_TAG = re.compile(r"cpu|cu[0-9]{2,4}")
 TORCH_MAJOR_MINOR = re.compile(r"[0-9]{1,3}\.[0-9]{1,3}")
 PYTHON_TAG = re.compile(r"cp3[0-9]{1,2}(-abi3)?")
-ABI_MODES = ("torch", "stable")
-REQUIRED_BUILD_INFO = ("opkiln_version", "abi_mode", "torch_major_minor", "cuda_tag", "python_tag")
 _CHUNK = 1 << 20
-MAX_METADATA_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -120,96 +116,35 @@ def file_sha256(path: Path) -> tuple[str, int]:
 def inspect_wheel(name: str, parsed: ParsedName, source: bytes | Path, sha256: str, size: int) -> WheelInfo:
     """Check a wheel whose name passed :func:`check_wheel_name` and whose bytes hash to ``sha256``.
 
-    ``source`` is the wheel's bytes, or a path to a private copy of them (large wheels).
+    ``source`` is the wheel's bytes, or a path to a private copy of them (large wheels). The wheel must
+    be a kiln wheel (kiln_tool.kiln_wheel: the definition the audit and repair apply to kiln's own
+    wheels); every refusal names the rule it breaks.
     """
-    dist_name, dist_version, _build, tags = parsed
-    project = canonicalize_name(dist_name)
     try:
-        with SafeZip(source) as archive:  # the audit policy's limits
-            metadata_name = _find_metadata(name, set(archive.members))
-            info_name = f"{project.replace('-', '_')}/_build_info.json"
-            if info_name not in archive.members:
-                raise IndexInputError(f"{name}: no {info_name} (not a wheel built by kiln)")
-            for member in (metadata_name, info_name):
-                if archive.members[member].file_size > MAX_METADATA_BYTES:
-                    raise IndexInputError(f"{name}: {member} is {archive.members[member].file_size} bytes "
-                                          f"(more than {MAX_METADATA_BYTES})")
-            # Every member streams through its size and CRC checks, whatever it declares.
-            contents = archive.verify(frozenset((metadata_name, info_name)))
+        kiln_name = kiln_wheel.check_name(name)
+        with SafeZip(source) as archive:  # the audit policy's limits; a canonical archive
+            wheel = kiln_wheel.check_archive(kiln_name, archive)
+    except kiln_wheel.NotAKilnWheel as exc:
+        raise IndexInputError(f"{name}: not a kiln wheel: {exc}") from None
     except UnsafeArchiveError as exc:
         raise IndexInputError(f"{name}: corrupt wheel (or unsafe): {exc}") from None
     except OSError as exc:
         raise IndexInputError(f"{name}: unreadable: {exc}") from None
-    metadata = contents[metadata_name]
-    build_info = _parse_build_info(name, contents[info_name])
-
-    fields = _parse_metadata(name, metadata)
-    if canonicalize_name(fields["name"]) != project:
-        raise IndexInputError(f"{name}: METADATA names project {fields['name']!r}, the file name {dist_name!r}")
-    if _version(fields["version"]) != dist_version:
-        raise IndexInputError(f"{name}: METADATA has version {fields['version']}, the file name {dist_version}")
-    if build_info["opkiln_version"] != fields["version"]:
-        raise IndexInputError(
-            f"{name}: build info says version {build_info['opkiln_version']}, METADATA {fields['version']}"
-        )
-    interpreters = {f"{t.interpreter}-{t.abi}" if t.abi == "abi3" else t.interpreter for t in tags}
-    if build_info["python_tag"] not in interpreters:
-        raise IndexInputError(
-            f"{name}: build info python_tag {build_info['python_tag']!r} does not match the file name's tags "
-            f"({', '.join(sorted(interpreters))})"
-        )
     return WheelInfo(
         filename=name,
-        project=project,
-        version=str(dist_version),
+        project=kiln_name.project,
+        version=kiln_name.version,
         sha256=sha256,
         size=size,
-        metadata=metadata,
-        requires_python=fields["requires_python"],
-        torch_requirement=fields["torch_requirement"],
-        abi_mode=build_info["abi_mode"],
-        cuda_tag=build_info["cuda_tag"],
-        torch_major_minor=build_info["torch_major_minor"],
-        python_tag=build_info["python_tag"],
-        platforms=tuple(sorted({t.platform for t in tags})),
+        metadata=wheel.metadata,
+        requires_python=wheel.requires_python,
+        torch_requirement=wheel.torch_requirement,
+        abi_mode=wheel.abi_mode,
+        cuda_tag=wheel.cuda_tag,
+        torch_major_minor=wheel.torch_major_minor,
+        python_tag=kiln_name.python_tag,
+        platforms=kiln_name.platforms,
     )
-
-
-def _find_metadata(name: str, members: set[str]) -> str:
-    candidates = sorted(m for m in members if re.fullmatch(r"[^/]+\.dist-info/METADATA", m))
-    if not candidates:
-        raise IndexInputError(f"{name}: wheel has no *.dist-info/METADATA")
-    if len(candidates) > 1:
-        raise IndexInputError(f"{name}: wheel has more than one METADATA ({', '.join(candidates)})")
-    return candidates[0]
-
-
-def metadata_headers(raw: bytes) -> dict[str, list[str]]:
-    """The header block of a core metadata file (RFC 822 style), keys lower-cased; continuation lines joined."""
-    text = raw.decode("utf-8").replace("\r\n", "\n")
-    head = text.split("\n\n", 1)[0] if not text.startswith("\n") else ""
-    headers: dict[str, list[str]] = {}
-    key: str | None = None
-    for line in head.split("\n"):
-        if line[:1] in (" ", "\t") and key is not None:
-            headers[key][-1] += "\n" + line
-            continue
-        field, sep, value = line.partition(":")
-        if not sep or not field or field != field.strip():
-            raise ValueError(f"not a header line: {line[:60]!r}")
-        key = field.lower()
-        headers.setdefault(key, []).append(value.strip())
-    return headers
-
-
-@cache
-def _version(text: str) -> Version:
-    return Version(text)
-
-
-@cache
-def _requirement(line: str) -> Requirement:
-    return Requirement(line)
 
 
 @cache
@@ -217,51 +152,5 @@ def specifier(text: str) -> SpecifierSet:
     return SpecifierSet(text)
 
 
-def _parse_metadata(name: str, raw: bytes) -> dict[str, Any]:
-    try:
-        headers = metadata_headers(raw)
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise IndexInputError(f"{name}: unreadable METADATA: {exc}") from None
-    meta_name = (headers.get("name") or [""])[0]
-    meta_version = (headers.get("version") or [""])[0]
-    if not meta_name or not meta_version:
-        raise IndexInputError(f"{name}: METADATA lacks Name or Version")
-    try:
-        _version(meta_version)
-    except InvalidVersion:
-        raise IndexInputError(f"{name}: METADATA has an invalid Version {meta_version!r}") from None
-    requires_python: str | None = headers["requires-python"][0] if "requires-python" in headers else None
-    if requires_python is not None:
-        try:
-            specifier(requires_python)
-        except InvalidSpecifier:
-            raise IndexInputError(f"{name}: METADATA has an invalid Requires-Python {requires_python!r}") from None
-    torch_spec: str | None = None
-    for line in headers.get("requires-dist", []):
-        try:
-            req = _requirement(line)
-        except InvalidRequirement:
-            raise IndexInputError(f"{name}: METADATA has an invalid Requires-Dist {line!r}") from None
-        if canonicalize_name(req.name) == "torch" and req.marker is None:
-            torch_spec = str(req.specifier)
-    return {"name": meta_name, "version": meta_version, "requires_python": requires_python,
-            "torch_requirement": torch_spec}
-
-
-def _parse_build_info(name: str, raw: bytes) -> dict[str, Any]:
-    try:
-        info = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise IndexInputError(f"{name}: unreadable build info: {exc}") from None
-    if not isinstance(info, dict):
-        raise IndexInputError(f"{name}: build info is not a JSON object")
-    missing = [key for key in REQUIRED_BUILD_INFO if not isinstance(info.get(key), str)]
-    if missing:
-        raise IndexInputError(f"{name}: build info lacks {', '.join(missing)}")
-    checks = (("cuda_tag", CUDA_TAG), ("torch_major_minor", TORCH_MAJOR_MINOR), ("python_tag", PYTHON_TAG))
-    for key, pattern in checks:
-        if not pattern.fullmatch(info[key]):
-            raise IndexInputError(f"{name}: build info has an invalid {key} {info[key]!r}")
-    if info["abi_mode"] not in ABI_MODES:
-        raise IndexInputError(f"{name}: build info has an unknown abi_mode {info['abi_mode']!r}")
-    return info
+__all__ = ["ParsedName", "WheelInfo", "check_wheel_name", "file_sha256", "inspect_wheel", "metadata_headers",
+           "specifier"]
