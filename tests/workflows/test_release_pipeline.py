@@ -278,7 +278,11 @@ def test_release_audits_wheels_of_torches_that_are_not_installed(repaired_wheel:
     nothing.mkdir()
     url = start(nothing)  # type: ignore[operator]
 
-    workspace = _workspace(tmp_path / "release", [repaired_wheel, cuda_wheel])
+    command, out = _repair_command(cuda_wheel, tmp_path / "repair-cuda")  # as cibuildwheel's repair step
+    repaired = _bash(command, cwd=out.parent, **STANDIN)
+    assert repaired.returncode == 0, repaired.stdout + repaired.stderr
+    (cuda_release_wheel,) = sorted(out.glob("*.whl"))
+    workspace = _workspace(tmp_path / "release", [repaired_wheel, cuda_release_wheel])
     released = _release(workspace, url, 0, bin_dir, **only_dev_torch)
     assert released.returncode == 0, released.stdout + released.stderr
     # Every torch these wheels need is recorded in the repo: the record step downloads nothing.
@@ -286,7 +290,7 @@ def test_release_audits_wheels_of_torches_that_are_not_installed(repaired_wheel:
     text = " ".join(released.stdout.split())
     assert "2 wheel(s) pass the release audit" in text
     listed = {w["filename"] for w in json.loads((workspace / "site" / "kiln-index.json").read_text())["wheels"]}
-    assert listed == {repaired_wheel.name, cuda_wheel.name}
+    assert listed == {repaired_wheel.name, cuda_release_wheel.name}
     audited = _bash(audit, workspace, **only_dev_torch)
     assert audited.returncode == 0, audited.stdout + audited.stderr
     assert "torch: 2.14.1+cu130 as recorded in torch_abi/2.14.1+cu130.json" in " ".join(audited.stdout.split())

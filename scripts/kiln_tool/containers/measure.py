@@ -109,14 +109,18 @@ def compile_cost(engine: Engine, base: Base, job: MatrixJob, pythons: tuple[str,
     meter.mkdir(parents=True)
     cache.mkdir(parents=True)
     launchers = " ".join(f"CMAKE_{lang}_COMPILER_LAUNCHER={METER}" for lang in ("C", "CXX", "CUDA"))
+    wheels = out / "compile-cost"
+    if wheels.exists():
+        shutil.rmtree(wheels)
     try:
-        run = run_cibuildwheel(engine, base, job, out / "compile-cost", log=log, skip_tests=True, pythons=pythons,
+        run = run_cibuildwheel(engine, base, job, wheels, log=log, skip_tests=True, pythons=pythons,
                                extra_env={"CCACHE_DIR": f"{HOST_MOUNT}{cache}",
                                           "CIBW_ENVIRONMENT_LINUX": f"{launchers} OPKILN_COMPILE_METER_DIR="
                                                                     f"{HOST_MOUNT}{meter}"})
         builds = read_meter(meter)
     finally:
         shutil.rmtree(cache, ignore_errors=True)
+        shutil.rmtree(meter, ignore_errors=True)
     # cibuildwheel builds in the order of CIBW_BUILD, which is the order of `pythons`.
     order = {f"cp{p.replace('.', '')}": i for i, p in enumerate(pythons)}
     builds.sort(key=lambda b: order.get(b.build.split("-")[0], 99))
@@ -130,5 +134,4 @@ def compile_cost(engine: Engine, base: Base, job: MatrixJob, pythons: tuple[str,
         ratio = builds[1].cpu_seconds / builds[0].cpu_seconds
         result["second_over_first"] = round(ratio, 3)
         result["target_met"] = ratio <= 0.25 and builds[1].kernel_core_misses == 0
-    shutil.rmtree(meter, ignore_errors=True)
     return result
