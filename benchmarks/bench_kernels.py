@@ -272,15 +272,15 @@ def bench_roi_align(report: Report, run: Callable[[Callable[[], object]], float]
     x = torch.randn(shape, generator=torch.Generator().manual_seed(0)).to(device)
     rois = random_rois(num_rois, n, h, w, dtype, seed=1, spatial_scale=scale).to(device)
     case = f"roi_align {num_rois} rois {n}x{c}x{h}x{w} fp32"
-    args = (scale, pooled, pooled, sampling_ratio, aligned)
-    report.add(f"{case} fwd", "opkiln", run(lambda: opkiln.roi_align(x, rois, *args)))
+    args = (scale, pooled, pooled, sampling_ratio, aligned)  # the registered op's order (and the reference's)
+    tv_args = ((pooled, pooled), scale, sampling_ratio, aligned)  # torchvision's, which opkiln.roi_align takes
+    report.add(f"{case} fwd", "opkiln", run(lambda: opkiln.roi_align(x, rois, *tv_args)))
     tv_ops = import_torchvision_ops()
-    tv_args = ((pooled, pooled), scale, sampling_ratio, aligned)
     if tv_ops is not None:
         try_time(report, run, f"{case} fwd", "torchvision.ops.roi_align", lambda: tv_ops.roi_align(x, rois, *tv_args))
     xg = x.detach().requires_grad_(True)
     grad = torch.randn(num_rois, c, pooled, pooled, generator=torch.Generator().manual_seed(2)).to(device)
-    y_ours = opkiln.roi_align(xg, rois, *args)
+    y_ours = opkiln.roi_align(xg, rois, *tv_args)
     report.add(f"{case} bwd", "opkiln autograd",
                run(lambda: torch.autograd.grad(y_ours, xg, grad, retain_graph=True)))
     if tv_ops is not None:
@@ -288,7 +288,7 @@ def bench_roi_align(report: Report, run: Callable[[Callable[[], object]], float]
             y_tv = tv_ops.roi_align(xg, rois, *tv_args)
             try_time(report, run, f"{case} bwd", "torchvision autograd",
                      lambda: torch.autograd.grad(y_tv, xg, grad, retain_graph=True))
-            out, expected = opkiln.roi_align(x, rois, *args), tv_ops.roi_align(x, rois, *tv_args)
+            out, expected = opkiln.roi_align(x, rois, *tv_args), tv_ops.roi_align(x, rois, *tv_args)
             err = (out - expected).abs().max().item()
             report.check(f"{case} fwd max abs error vs torchvision", err < 1e-4, max_abs_error=err)
             (g_ours,) = torch.autograd.grad(y_ours, xg, grad, retain_graph=True)
@@ -303,7 +303,7 @@ def bench_roi_align(report: Report, run: Callable[[Callable[[], object]], float]
     ref = roi_align_ref(xd, rois[:k].double(), *args)
     (g_ref,) = torch.autograd.grad(ref, xd, grad[:k].double())
     xs = x.detach().requires_grad_(True)
-    out = opkiln.roi_align(xs, rois[:k], *args)
+    out = opkiln.roi_align(xs, rois[:k], *tv_args)
     (g_out,) = torch.autograd.grad(out, xs, grad[:k])
     err = (out.double() - ref).abs().max().item()
     report.check(f"{case} fwd max abs error vs fp64 reference ({k} rois)", err < 1e-4, max_abs_error=err)

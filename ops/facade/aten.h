@@ -26,11 +26,11 @@ using Tensor = at::Tensor;
 using ScalarType = at::ScalarType;
 using DeviceType = c10::DeviceType;
 
-// TORCH_CHECK and friends: c10::Error, c10::ValueError, c10::TypeError, c10::IndexError.
+// TORCH_CHECK and friends: c10::Error, c10::ValueError, c10::IndexError (RuntimeError,
+// ValueError, IndexError in Python, as the stable facade's standard exceptions are).
 [[noreturn]] inline void raise(Error kind, std::string message) {
   switch (kind) {
     case Error::Value: TORCH_CHECK_VALUE(false, message);
-    case Error::Type: TORCH_CHECK_TYPE(false, message);
     case Error::Index: TORCH_CHECK_INDEX(false, message);
     case Error::Runtime: break;
   }

@@ -16,11 +16,14 @@
 //                  empty_contiguous_like(t), narrowed_copy(t, dim, start, length)
 //                  (names chosen so that ADL never finds an ATen function of the same name)
 //                  value_at(t, row, col): one element of a 2-D tensor as a host double
-//   checks         OPKILN_CHECK / _VALUE / _TYPE / _INDEX (cond, message pieces...):
-//                  RuntimeError / ValueError / TypeError / IndexError in the per-torch
-//                  build; the stable ABI has no error types, so there every one is a
-//                  RuntimeError with the same message (tests/stable/stable_error_types.py).
-//                  check_same_device, check_same_dtype, check_device: the shared messages.
+//   checks         OPKILN_CHECK / _VALUE / _INDEX (cond, message pieces...): RuntimeError /
+//                  ValueError / IndexError, the same type and message in both builds (the
+//                  stable build throws std::runtime_error / std::invalid_argument /
+//                  std::out_of_range, which torch reports as exactly these). There is no
+//                  TypeError: no standard C++ exception reaches Python as one, so the stable
+//                  ABI cannot raise it; wrong dtypes are RuntimeErrors, as in torch and
+//                  torchvision. check_same_device, check_same_dtype, check_device: the
+//                  shared messages.
 //   CPU            parallel_for(begin, end, grain, f), num_threads()
 //   CUDA           DeviceGuard(t), cuda_stream(t) (checks once that our kernels run on
 //                  the GPU), check_cuda(status, op): only when OPKILN_WITH_CUDA
@@ -53,8 +56,8 @@ using kernels::CudaStatus;
 using kernels::CudaStream;
 using kernels::ScalarKind;
 
-// The Python exception an argument check raises (per-torch build; see above).
-enum class Error { Runtime, Value, Type, Index };
+// The Python exception an argument check raises, in both builds (see above).
+enum class Error { Runtime, Value, Index };
 
 // A tensor's sizes, printed as torch prints them: "[2, 3]".
 struct Sizes {
@@ -87,7 +90,6 @@ template <typename... Args>
   } while (false)
 #define OPKILN_CHECK(cond, ...) OPKILN_CHECK_KIND_(Runtime, cond, __VA_ARGS__)
 #define OPKILN_CHECK_VALUE(cond, ...) OPKILN_CHECK_KIND_(Value, cond, __VA_ARGS__)
-#define OPKILN_CHECK_TYPE(cond, ...) OPKILN_CHECK_KIND_(Type, cond, __VA_ARGS__)
 #define OPKILN_CHECK_INDEX(cond, ...) OPKILN_CHECK_KIND_(Index, cond, __VA_ARGS__)
 
 #if OPKILN_STABLE_ABI
@@ -106,7 +108,7 @@ inline Sizes sizes(const Tensor& t) {
   return s;
 }
 
-// The kernel cores' name for t's dtype; a TypeError for any non-float dtype.
+// The kernel cores' name for t's dtype; a RuntimeError for any non-float dtype.
 inline ScalarKind float_kind(const Tensor& t, std::string_view op, std::string_view arg) {
   switch (t.scalar_type()) {
     case ScalarType::Float: return ScalarKind::Float32;
@@ -115,7 +117,7 @@ inline ScalarKind float_kind(const Tensor& t, std::string_view op, std::string_v
     case ScalarType::BFloat16: return ScalarKind::BFloat16;
     default: break;
   }
-  fail(Error::Type, "opkiln::", op, ": ", arg, " must be float32, float64, float16 or bfloat16, got ",
+  fail(Error::Runtime, "opkiln::", op, ": ", arg, " must be float32, float64, float16 or bfloat16, got ",
        t.scalar_type());
 }
 
@@ -127,8 +129,8 @@ inline void check_same_device(const Tensor& a, const Tensor& b, std::string_view
 
 inline void check_same_dtype(const Tensor& a, const Tensor& b, std::string_view op, std::string_view an,
                              std::string_view bn) {
-  OPKILN_CHECK_TYPE(a.scalar_type() == b.scalar_type(), "opkiln::", op, ": ", an, " is ", a.scalar_type(), " but ",
-                    bn, " is ", b.scalar_type(), "; cast one of them");
+  OPKILN_CHECK(a.scalar_type() == b.scalar_type(), "opkiln::", op, ": ", an, " is ", a.scalar_type(), " but ", bn,
+               " is ", b.scalar_type(), "; cast one of them");
 }
 
 inline void check_device(const Tensor& t, DeviceType expected, std::string_view op, std::string_view arg) {

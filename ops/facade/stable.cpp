@@ -19,9 +19,9 @@ STABLE_TORCH_LIBRARY(opkiln, m) { static_cast<void>(m); }
 
 namespace opkiln::facade {
 
-std::string& last_kernel_error() {
-  thread_local std::string message;
-  return message;
+KernelError& last_kernel_error() {
+  thread_local KernelError error;
+  return error;
 }
 
 const char* last_torch_error() {

@@ -14,6 +14,7 @@
 #include <array>
 #include <cstddef>
 #include <optional>
+#include <stdexcept>
 
 #if OPKILN_WITH_CUDA
 #include <torch/csrc/stable/accelerator.h>
@@ -25,21 +26,32 @@ using Tensor = torch::stable::Tensor;
 using ScalarType = torch::headeronly::ScalarType;
 using DeviceType = torch::headeronly::DeviceType;
 
-// The message of the last error an opkiln kernel raised on this thread. An op
-// that calls another through the dispatcher (Op::call) gets only an error code
-// back; on torch < 2.13 the message is otherwise lost.
-std::string& last_kernel_error();
+// The last error an opkiln kernel raised on this thread (its kind and message). An
+// op that calls another through the dispatcher (Op::call) gets only an error code
+// back; on torch < 2.13 the message is otherwise lost, and on every torch its type.
+struct KernelError {
+  Error kind = Error::Runtime;
+  std::string message;
+};
+KernelError& last_kernel_error();
 
 // torch's message for the last failed shim call on this thread, or nullptr
 // (torch < 2.13 only logs it).
 const char* last_torch_error();
 
-// std::runtime_error with the message alone, without STD_TORCH_CHECK's
-// "function, file:line, " prefix. The stable ABI has no error types: torch
-// reports every error of a stable kernel as RuntimeError, whatever `kind`.
+// The message alone, without STD_TORCH_CHECK's "function, file:line, " prefix, as
+// the standard exception that torch's Python bindings report as the per-torch
+// build's error type: std::invalid_argument -> ValueError, std::out_of_range ->
+// IndexError, std::runtime_error -> RuntimeError (torch/pybind11 translate these).
 [[noreturn]] inline void raise(Error kind, std::string message) {
-  static_cast<void>(kind);
-  last_kernel_error() = message;
+  KernelError& last = last_kernel_error();
+  last.kind = kind;
+  last.message = message;
+  switch (kind) {
+    case Error::Value: throw std::invalid_argument(std::move(message));
+    case Error::Index: throw std::out_of_range(std::move(message));
+    case Error::Runtime: break;
+  }
   throw std::runtime_error(std::move(message));
 }
 
@@ -113,12 +125,12 @@ class Op {
   std::array<Tensor, Outputs> call(const Args&... args) const {
     constexpr std::size_t n = sizeof...(Args) > Outputs ? sizeof...(Args) : Outputs;
     std::array<StableIValue, n> stack{torch::stable::detail::from(args)...};
-    std::string& kernel_error = last_kernel_error();
-    kernel_error.clear();
+    KernelError& kernel_error = last_kernel_error();
+    kernel_error.message.clear();
     const AOTITorchError err = torch_call_dispatcher(name_, "", stack.data(), TORCH_ABI_VERSION);
-    if (err != AOTI_TORCH_SUCCESS && !kernel_error.empty()) {
-      // Raised again, so that an outer Op::call sees it too.
-      raise(Error::Runtime, std::string(kernel_error));
+    if (err != AOTI_TORCH_SUCCESS && !kernel_error.message.empty()) {
+      // Raised again with its own type, so that an outer Op::call sees it too.
+      raise(kernel_error.kind, std::string(kernel_error.message));
     }
     check_shim(err, name_);
     // The results are new references, owned by the tensors made from them.

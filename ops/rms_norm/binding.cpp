@@ -57,8 +57,8 @@ Shape check_backward_args(const Tensor& grad, const Tensor& x, const Tensor& wei
                sizes(grad));
   OPKILN_CHECK(sizes(rstd) == s.row_shape, "opkiln::", kBwd, ": rstd must have shape x.shape[:-1] = ", s.row_shape,
                ", got ", sizes(rstd));
-  OPKILN_CHECK_TYPE(rstd.scalar_type() == acc_type(x.scalar_type()), "opkiln::", kBwd, ": rstd must be ",
-                    acc_type(x.scalar_type()), " for ", x.scalar_type(), " x, got ", rstd.scalar_type());
+  OPKILN_CHECK(rstd.scalar_type() == acc_type(x.scalar_type()), "opkiln::", kBwd, ": rstd must be ",
+               acc_type(x.scalar_type()), " for ", x.scalar_type(), " x, got ", rstd.scalar_type());
   return s;
 }
 

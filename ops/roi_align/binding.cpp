@@ -23,8 +23,9 @@ void check_common(const Tensor& features, const Tensor& rois, std::int64_t poole
                ": rois must have shape [K, 5] (batch index, x1, y1, x2, y2), got ", sizes(rois));
   check_same_dtype(features, rois, op, name, "rois");
   float_kind(features, op, name);
-  OPKILN_CHECK_VALUE(pooled_height > 0 && pooled_width > 0, "opkiln::", op,
-                     ": pooled_height and pooled_width must be positive, got ", pooled_height, " and ", pooled_width);
+  // 0 is an empty output, as in torchvision; a negative size is an error of its own.
+  OPKILN_CHECK_VALUE(pooled_height >= 0 && pooled_width >= 0, "opkiln::", op,
+                     ": pooled_height and pooled_width must be >= 0, got ", pooled_height, " and ", pooled_width);
 }
 
 kernels::RoiAlignGeometry geometry(std::int64_t batch, std::int64_t channels, std::int64_t height, std::int64_t width,
@@ -91,6 +92,7 @@ Tensor forward_cpu(const Tensor& input, const Tensor& rois, double spatial_scale
   check_batch_index(rc, kernels::roi_align_first_bad_roi_cpu(kind, rc.const_data_ptr(), g.rois, g.batch), g.batch,
                     kOp);
   Tensor out = empty({g.rois, g.channels, pooled_height, pooled_width}, input.scalar_type(), input);
+  if (out.numel() == 0) return out;
   const void* px = xc.const_data_ptr();
   const void* pr = rc.const_data_ptr();
   void* po = out.mutable_data_ptr();
@@ -111,6 +113,7 @@ Tensor backward_cpu(const Tensor& grad, const Tensor& rois, double spatial_scale
   const ScalarKind kind = float_kind(grad, kBwd, "grad");
   check_batch_index(rc, kernels::roi_align_first_bad_roi_cpu(kind, rc.const_data_ptr(), g.rois, g.batch), g.batch,
                     kBwd);
+  if (grad.numel() == 0) return zeros({batch, channels, height, width}, grad.scalar_type(), grad);
   Tensor grad_input = empty({batch, channels, height, width}, grad.scalar_type(), grad);
   const void* pg = gc.const_data_ptr();
   const void* pr = rc.const_data_ptr();
@@ -158,6 +161,7 @@ Tensor backward_cuda(const Tensor& grad, const Tensor& rois, double spatial_scal
   const Tensor rc = as_contiguous(rois);
   const ScalarKind kind = float_kind(grad, kBwd, "grad");
   check_batch_index_cuda(rc, kind, g.batch, kBwd);
+  if (grad.numel() == 0) return zeros({batch, channels, height, width}, grad.scalar_type(), grad);
   Tensor grad_input = empty({batch, channels, height, width}, grad.scalar_type(), grad);
   if (grad_input.numel() == 0) return grad_input;
   const std::size_t bytes = kernels::roi_align_backward_cuda_workspace_bytes(kind, g);

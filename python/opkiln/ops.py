@@ -11,9 +11,19 @@ Operators (all in the ``torch.ops.opkiln`` namespace, schemas in ops/<op>/bindin
 - ``nms(boxes, scores, iou_threshold)``: not differentiable; its fake impl has a
   data-dependent output size. ``batched_nms`` is composed in Python.
 - ``roi_align(input, rois, spatial_scale, pooled_height, pooled_width,
-  sampling_ratio, aligned)``: torchvision's RoIAlign; autograd here calls the
-  internal ``_roi_align_backward`` kernel (differentiable in ``input``, not in
+  sampling_ratio, aligned)``: torchvision's RoIAlign kernel; autograd here calls
+  the internal ``_roi_align_backward`` kernel (differentiable in ``input``, not in
   ``rois``; no double backward).
+
+The detection ops' Python API (``nms``, ``batched_nms``, ``roi_align``,
+``RoIAlign``) takes exactly ``torchvision.ops``' signatures and input forms, so
+``from opkiln import ops`` can stand in for ``from torchvision import ops`` for
+these names; the registered ops keep their schemas. Autocast (CPU and CUDA) casts
+as torchvision's does; quantized tensors are refused with the dequantize
+workaround in the message. docs/torchvision-compat.md lists what still differs.
+
+Errors have the same type and message in both ABI modes: RuntimeError (shapes,
+dtypes, devices), ValueError (a bad value), NotImplementedError (quantized).
 """
 
 from __future__ import annotations
@@ -22,9 +32,9 @@ from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
-__all__ = ["batched_nms", "nms", "rms_norm", "roi_align", "weighted_sum"]
+__all__ = ["RoIAlign", "batched_nms", "nms", "rms_norm", "roi_align", "weighted_sum"]
 
 _FLOAT_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 
@@ -38,6 +48,54 @@ def _register_fake(name: str) -> Callable[[_F], _F]:
 
 def _check(cond: bool, message: Callable[[], str]) -> None:
     torch._check(cond, message)  # type: ignore[no-untyped-call]
+
+
+def _check_value(cond: bool, message: Callable[[], str]) -> None:
+    # ValueError, as the kernels raise for the same value (fake and real impls agree).
+    torch._check_value(cond, message)  # type: ignore[no-untyped-call]
+
+
+# Python kernels of the opkiln ops (autocast, the quantized refusal); kept alive with the module.
+_impl_lib = torch.library.Library("opkiln", "IMPL")  # type: ignore[no-untyped-call]
+
+_AUTOCAST_KEYS = {"cpu": "AutocastCPU", "cuda": "AutocastCUDA"}
+
+
+def _autocast_eligible(t: Tensor, device_type: str) -> bool:
+    # at::autocast::cached_cast's rule, which torchvision's autocast kernels use: floating
+    # tensors on the autocast device, float64 excepted, are cast.
+    return t.is_floating_point() and t.device.type == device_type and t.dtype != torch.float64
+
+
+def _register_autocast_cast_back(name: str) -> None:
+    """torchvision's autocast kernel for ``opkiln::name`` on CPU and CUDA where the result goes back to
+    the first argument's dtype (roi_align): eligible tensor arguments run in float32 with autocast off,
+    the result is cast to ``args[0].dtype``. (nms, whose result is not cast, uses
+    torch.library.register_autocast.)"""
+    op = getattr(torch.ops.opkiln, name).default
+    for device_type, key in _AUTOCAST_KEYS.items():
+        dispatch_key = getattr(torch._C.DispatchKey, key)
+
+        def run(*args: Any, _device: str = device_type, _key: Any = dispatch_key) -> Any:
+            cast_args = [a.float() if isinstance(a, Tensor) and _autocast_eligible(a, _device) else a for a in args]
+            with torch._C._ExcludeDispatchKeyGuard(torch._C.DispatchKeySet(_key)):
+                return op(*cast_args).to(args[0].dtype)
+
+        def kernel(keyset: Any, *args: Any, _run: Callable[..., Any] = run) -> Any:
+            return _run(*args)
+
+        op.py_impl(dispatch_key)(run)  # the Python dispatcher's view (torch.compile), as register_autocast does
+        _impl_lib.impl(name, kernel, key, with_keyset=True)  # type: ignore[no-untyped-call]
+
+
+def _refuse_quantized(name: str, workaround: str) -> None:
+    def kernel(*args: Any) -> Any:
+        raise NotImplementedError(
+            f"opkiln::{name}: quantized tensors are not supported (torchvision's quantized kernels have no "
+            f"opkiln counterpart); dequantize first: {workaround}")
+
+    for key in ("QuantizedCPU", "QuantizedCUDA"):
+        _impl_lib.impl(name, kernel, key)  # type: ignore[no-untyped-call]
 
 
 def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -163,20 +221,32 @@ torch.library.register_autograd(
 
 # ---------------------------------------------------------------------------- nms
 
+# The functions below are TorchScript-compilable, as torchvision's are: torch.jit.script
+# reads "# type:" comments, so the untyped torch helpers get typed aliases here instead.
+_assert = cast(Callable[[bool, str], None], torch._assert)
+_is_tracing = cast(Callable[[], bool], torch.jit.is_tracing)  # type: ignore[attr-defined]
+
 
 def nms(boxes: Tensor, scores: Tensor, iou_threshold: float) -> Tensor:
-    """Greedy non-maximum suppression; the semantics of ``torchvision.ops.nms``.
+    """Greedy non-maximum suppression: ``torchvision.ops.nms(boxes, scores, iou_threshold)``.
 
     Shape rules: ``boxes`` is ``[N, 4]`` as ``(x1, y1, x2, y2)``, ``scores`` is
-    ``[N]``; same dtype (float32, float64, float16 or bfloat16) and device; any
-    strides. Returns the int64 indices of the kept boxes, by decreasing score.
-    A box is suppressed when a kept box with a higher score overlaps it with
-    IoU strictly greater than ``iou_threshold`` (equal does not suppress).
-    Equal scores keep index order; NaN scores sort first. IoU is computed in
-    float32 for 16-bit inputs (so ``nms(b, s, t) == nms(b.float(), s.float(), t)``)
-    and float64 for float64. Not differentiable.
+    ``[N]``, also when N = 0; same dtype (float32, float64, float16 or bfloat16)
+    and device; any strides. Returns the int64 indices of the kept boxes, by
+    decreasing score. A box is suppressed when a kept box with a higher score
+    overlaps it with IoU strictly greater than ``iou_threshold`` (equal does not
+    suppress). Equal scores keep index order; NaN scores sort first. IoU is
+    computed in float32 for 16-bit inputs (so ``nms(b, s, t) == nms(b.float(),
+    s.float(), t)``) and float64 for float64. Not differentiable.
+
+    Under ``torch.autocast`` (CPU or CUDA) 16-bit boxes and scores are cast to
+    float32 first, as torchvision does; float64 ones are not. Errors: RuntimeError
+    for shapes, dtypes and devices; NotImplementedError for quantized tensors
+    (torchvision has a quantized kernel: pass ``boxes.dequantize()`` and
+    ``scores.dequantize()``).
     """
-    return cast(Tensor, torch.ops.opkiln.nms.default(boxes, scores, float(iou_threshold)))
+    out: Tensor = torch.ops.opkiln.nms(boxes, scores, iou_threshold)
+    return out
 
 
 @_register_fake("opkiln::nms")
@@ -194,45 +264,148 @@ def _nms_fake(boxes: Tensor, scores: Tensor, iou_threshold: float) -> Tensor:
     return boxes.new_empty((kept,), dtype=torch.int64)
 
 
-def batched_nms(boxes: Tensor, scores: Tensor, idxs: Tensor, iou_threshold: float) -> Tensor:
-    """NMS within each category: boxes with different ``idxs`` never suppress each other.
+torch.library.register_autocast("opkiln::nms", "cpu", torch.float32)
+torch.library.register_autocast("opkiln::nms", "cuda", torch.float32)
+_refuse_quantized("nms", "opkiln.nms(boxes.dequantize(), scores.dequantize(), iou_threshold)")
 
-    Shape rules: as :func:`nms`, plus ``idxs``: integer ``[N]`` category ids on
-    the same device. Returns kept indices by decreasing score. Uses
-    torchvision's coordinate-offset trick (each category's boxes are shifted
-    so categories cannot overlap), so very large coordinates lose precision as
-    they do in torchvision.
+
+def batched_nms(boxes: Tensor, scores: Tensor, idxs: Tensor, iou_threshold: float) -> Tensor:
+    """NMS within each category: ``torchvision.ops.batched_nms(boxes, scores, idxs, iou_threshold)``.
+
+    Boxes with different ``idxs`` never suppress each other. Shape rules: as
+    :func:`nms`, plus ``idxs``: ``[N]`` category ids on the same device, of any
+    real dtype torchvision accepts (integer, or float: each distinct value is a
+    category). Returns kept indices by decreasing score. As torchvision: when
+    ``boxes.numel() == 0`` the result is an empty int64 tensor on ``boxes``' device,
+    whatever the other arguments' shapes; up to 4000 box coordinates on CPU (20000
+    on CUDA) it shifts each category's boxes so categories cannot overlap (very
+    large coordinates lose precision there, as in torchvision), above that it runs
+    :func:`nms` per category and sorts the kept boxes by score. Unlike torchvision,
+    ``idxs`` of another length than ``boxes`` is a RuntimeError (torchvision
+    broadcasts a length-1 ``idxs`` or fails inside the arithmetic).
     """
-    if idxs.dim() != 1 or idxs.shape[0] != boxes.shape[0]:
-        raise ValueError(f"opkiln.batched_nms: idxs must have shape [N] with N = boxes.shape[0] = "
-                         f"{boxes.shape[0]}, got {tuple(idxs.shape)}")
-    if idxs.dtype.is_floating_point or idxs.dtype.is_complex or idxs.dtype == torch.bool:
-        raise TypeError(f"opkiln.batched_nms: idxs must be an integer tensor, got {idxs.dtype}")
     if boxes.numel() == 0:
-        return nms(boxes, scores, iou_threshold)
+        return torch.empty((0,), dtype=torch.int64, device=boxes.device)
+    if idxs.dim() != 1 or idxs.shape[0] != boxes.shape[0]:
+        raise RuntimeError(f"opkiln.batched_nms: idxs must have shape [N] with N = boxes.shape[0] = "
+                           f"{boxes.shape[0]}, got {list(idxs.shape)}")
+    if boxes.numel() > (4000 if boxes.device.type == "cpu" else 20000) and not _is_tracing():
+        return _batched_nms_per_category(boxes, scores, idxs, iou_threshold)
+    return _batched_nms_coordinate_trick(boxes, scores, idxs, iou_threshold)
+
+
+def _batched_nms_coordinate_trick(boxes: Tensor, scores: Tensor, idxs: Tensor, iou_threshold: float) -> Tensor:
     max_coordinate = boxes.max()
-    offsets = idxs.to(boxes) * (max_coordinate + torch.ones_like(max_coordinate))
+    offsets = idxs.to(boxes) * (max_coordinate + torch.tensor(1).to(boxes))
     return nms(boxes + offsets[:, None], scores, iou_threshold)
+
+
+def _batched_nms_per_category(boxes: Tensor, scores: Tensor, idxs: Tensor, iou_threshold: float) -> Tensor:
+    keep_mask = torch.zeros_like(scores, dtype=torch.bool)
+    for class_id in torch.unique(idxs):
+        members = torch.where(idxs == class_id)[0]
+        kept = nms(boxes[members], scores[members], iou_threshold)
+        keep_mask[members[kept]] = True
+    keep_indices = torch.where(keep_mask)[0]
+    return keep_indices[scores[keep_indices].sort(descending=True)[1]]
 
 
 # ---------------------------------------------------------------------------- roi_align
 
 
-def roi_align(input: Tensor, rois: Tensor, spatial_scale: float, pooled_height: int, pooled_width: int,
-              sampling_ratio: int = -1, aligned: bool = False) -> Tensor:
-    """RoIAlign with the semantics and argument order of ``torchvision.ops.roi_align``.
+def _pair(output_size: int | list[int] | tuple[int, int]) -> tuple[int, int]:
+    # torchvision's _pair, except that a sequence must have exactly two entries (torchvision
+    # raises IndexError for one and silently drops a third). A list and a tuple take separate
+    # branches: TorchScript cannot index a Union of the two.
+    if isinstance(output_size, list):  # noqa: SIM114
+        _check_pair(len(output_size), str(output_size))
+        return output_size[0], output_size[1]
+    elif isinstance(output_size, tuple):
+        _check_pair(len(output_size), str(output_size))
+        return output_size[0], output_size[1]
+    else:  # an int; anything else goes to the op as it is, whose dispatcher refuses it as torchvision's does
+        return output_size, output_size
 
-    Shape rules: ``input`` is ``[N, C, H, W]``; ``rois`` is ``[K, 5]``, each row
-    ``(batch index, x1, y1, x2, y2)`` in input coordinates before ``spatial_scale``;
-    same dtype (float32, float64, float16 or bfloat16) and device; any strides.
-    Returns ``[K, C, pooled_height, pooled_width]``, contiguous. Each bin averages
-    ``sampling_ratio`` x ``sampling_ratio`` bilinear samples (``sampling_ratio <= 0``:
-    ``ceil(roi size / pooled size)`` per axis). ``aligned=True`` shifts the box by
-    -0.5 pixel (the half-pixel correction). A batch index must lie in ``[0, N)``
-    after truncation toward zero (ValueError otherwise). Differentiable in ``input``.
+
+def _check_pair(length: int, text: str) -> None:
+    if length != 2:
+        raise ValueError("opkiln.roi_align: output_size must be an int or a pair (height, width), got " + text)
+
+
+def _check_roi_boxes_shape(boxes: Tensor | list[Tensor]) -> None:
+    # torchvision.ops._utils.check_roi_boxes_shape: the same conditions, errors and messages.
+    if isinstance(boxes, (list, tuple)):
+        for tensor in boxes:
+            _assert(tensor.size(1) == 4,
+                    "The shape of the tensor in the boxes list is not correct as List[Tensor[L, 4]]")
+    elif isinstance(boxes, Tensor):
+        _assert(boxes.size(1) == 5, "The boxes tensor shape is not correct as Tensor[K, 5]")
+    else:
+        _assert(False, "boxes is expected to be a Tensor[L, 5] or a List[Tensor[K, 4]]")
+
+
+def _cat(tensors: list[Tensor]) -> Tensor:
+    # torchvision.ops._utils._cat: one tensor is used as it is; none is torch.cat's ValueError.
+    return tensors[0] if len(tensors) == 1 else torch.cat(tensors, dim=0)
+
+
+def _boxes_to_rois(boxes: list[Tensor]) -> Tensor:
+    # torchvision.ops._utils.convert_boxes_to_roi_format: boxes[i] belong to image i.
+    concat = _cat(list(boxes))
+    ids = _cat([torch.full_like(b[:, :1], i) for i, b in enumerate(boxes)])
+    return torch.cat([ids, concat], dim=1)
+
+
+def roi_align(input: Tensor, boxes: Tensor | list[Tensor],
+              output_size: int | list[int] | tuple[int, int], spatial_scale: float = 1.0,
+              sampling_ratio: int = -1, aligned: bool = False) -> Tensor:
+    """RoIAlign: ``torchvision.ops.roi_align(input, boxes, output_size, spatial_scale, sampling_ratio, aligned)``.
+
+    ``input`` is ``[N, C, H, W]``. ``boxes`` is either a ``[K, 5]`` tensor, each row
+    ``(batch index, x1, y1, x2, y2)``, or a list (or tuple) of ``[L_i, 4]`` tensors, the
+    boxes of image i; coordinates are in input pixels before ``spatial_scale``.
+    ``output_size`` is an int or ``(height, width)``. Same dtype (float32, float64,
+    float16 or bfloat16) and device for input and boxes; any strides. Returns
+    ``[K, C, height, width]``, contiguous. Each bin averages ``sampling_ratio`` x
+    ``sampling_ratio`` bilinear samples (``sampling_ratio <= 0``: ``ceil(roi size /
+    output size)`` per axis); ``aligned=True`` shifts boxes by -0.5 pixel.
+    Differentiable in ``input``.
+
+    Under ``torch.autocast`` (CPU or CUDA) input and boxes run in float32 and the
+    result is cast back to ``input``'s dtype, as torchvision does. Errors: boxes of the
+    wrong shape fail torchvision's own assertion (AssertionError, same message);
+    dtypes, devices and ``input``'s shape are RuntimeErrors. Where torchvision reads
+    out of bounds, opkiln raises a ValueError naming the roi: a batch index outside
+    ``[0, N)`` after truncation toward zero (NaN included). An output size of 0 gives an
+    empty result, as in torchvision; a negative one is a ValueError. Quantized tensors:
+    NotImplementedError (dequantize first).
     """
-    return cast(Tensor, torch.ops.opkiln.roi_align.default(input, rois, float(spatial_scale), int(pooled_height),
-                                                           int(pooled_width), int(sampling_ratio), bool(aligned)))
+    _check_roi_boxes_shape(boxes)
+    rois = boxes if isinstance(boxes, Tensor) else _boxes_to_rois(boxes)
+    pooled_height, pooled_width = _pair(output_size)
+    # Arguments go to the op as they are (a float output size is the dispatcher's error, as in torchvision).
+    out: Tensor = torch.ops.opkiln.roi_align(input, rois, spatial_scale, pooled_height, pooled_width, sampling_ratio,
+                                             aligned)
+    return out
+
+
+class RoIAlign(nn.Module):
+    """``torchvision.ops.RoIAlign``: :func:`roi_align` with its parameters fixed at construction."""
+
+    def __init__(self, output_size: int | list[int] | tuple[int, int], spatial_scale: float, sampling_ratio: int,
+                 aligned: bool = False) -> None:
+        super().__init__()
+        self.output_size = output_size
+        self.spatial_scale = spatial_scale
+        self.sampling_ratio = sampling_ratio
+        self.aligned = aligned
+
+    def forward(self, input: Tensor, rois: Tensor | list[Tensor]) -> Tensor:
+        return roi_align(input, rois, self.output_size, self.spatial_scale, self.sampling_ratio, self.aligned)
+
+    def __repr__(self) -> str:
+        return (f"{self.__class__.__name__}(output_size={self.output_size}, spatial_scale={self.spatial_scale}, "
+                f"sampling_ratio={self.sampling_ratio}, aligned={self.aligned})")
 
 
 def _check_roi_align_args(features: Tensor, rois: Tensor, pooled_height: int, pooled_width: int, op: str) -> None:
@@ -242,8 +415,8 @@ def _check_roi_align_args(features: Tensor, rois: Tensor, pooled_height: int, po
     _check(features.dtype in _FLOAT_DTYPES, lambda: f"opkiln::{op}: must be a floating dtype, got {features.dtype}")
     _check(features.device == rois.device,
            lambda: f"opkiln::{op}: devices differ: {features.device} and {rois.device}")
-    _check(pooled_height > 0 and pooled_width > 0,
-           lambda: f"opkiln::{op}: pooled_height and pooled_width must be positive")
+    _check_value(pooled_height >= 0 and pooled_width >= 0,
+                 lambda: f"opkiln::{op}: pooled_height and pooled_width must be >= 0")
 
 
 @_register_fake("opkiln::roi_align")
@@ -280,6 +453,9 @@ def _roi_align_backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
 
 
 torch.library.register_autograd("opkiln::roi_align", _roi_align_backward, setup_context=_roi_align_setup)
+_register_autocast_cast_back("roi_align")
+_refuse_quantized("roi_align", "opkiln.roi_align(input.dequantize(), boxes.dequantize(), ...), then "
+                               "torch.quantize_per_tensor(result, input.q_scale(), input.q_zero_point(), input.dtype)")
 
 
 def _roi_align_double_backward(ctx: Any, grad: Tensor) -> tuple[None, ...]:

@@ -28,7 +28,7 @@ def test_generated_geometry_matches_reference(n: int, c: int, h: int, w: int, k:
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(n, c, h, w, generator=g, dtype=torch.float64, requires_grad=True)
     rois = random_rois(k, n, h, w, torch.float64, seed=seed, spatial_scale=scale)
-    out = opkiln.roi_align(x, rois, scale, ph, pw, sampling_ratio, aligned)
+    out = opkiln.roi_align(x, rois, (ph, pw), scale, sampling_ratio, aligned)
     ref = roi_align_ref(x, rois, scale, ph, pw, sampling_ratio, aligned)
     torch.testing.assert_close(out, ref, **TOL[torch.float64])
     if k:

@@ -75,8 +75,8 @@ def test_torch_compile_fullgraph() -> None:
     ("a", "b", "error", "match"),
     [
         (torch.zeros(3), torch.zeros(4), RuntimeError, "same shape"),
-        (torch.zeros(3), torch.zeros(3, dtype=torch.float64), TypeError, "cast one of them"),
-        (torch.zeros(3, dtype=torch.int32), torch.zeros(3, dtype=torch.int32), TypeError, "must be float32"),
+        (torch.zeros(3), torch.zeros(3, dtype=torch.float64), RuntimeError, "cast one of them"),
+        (torch.zeros(3, dtype=torch.int32), torch.zeros(3, dtype=torch.int32), RuntimeError, "must be float32"),
     ],
 )
 def test_bad_arguments_raise(a: torch.Tensor, b: torch.Tensor, error: type[Exception], match: str) -> None:

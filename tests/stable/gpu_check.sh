@@ -37,9 +37,9 @@ run_variant() {  # <name> <wheel glob> <pytest -m expression or "">
       'wheel': '$(basename "$wheel")', 'torch': torch.__version__, 'abi_mode': i['abi_mode'],
       'torch_min': i['torch_min'], 'built_with': i['torch_version'], 'cuda_archs': i['cuda_archs'],
       'ops': i['ops'], 'file': opkiln._C.__file__}))") 2>&1 | tee "$out/$name-import.txt" || return 1
-  local args=(-q -p no:cacheprovider -p stable_error_types -ra --junitxml "$out/$name-junit.xml" tests/ops)
+  local args=(-q -p no:cacheprovider -ra --junitxml "$out/$name-junit.xml" tests/ops)
   [ -n "$marks" ] && args+=(-m "$marks")
-  PYTHONPATH=$target:$repo/tests/stable "$python" -m pytest "${args[@]}" > "$out/$name-pytest.txt" 2>&1
+  PYTHONPATH=$target "$python" -m pytest "${args[@]}" > "$out/$name-pytest.txt" 2>&1
   local rc=$?
   tail -5 "$out/$name-pytest.txt"
   return $rc
