@@ -5,18 +5,10 @@
 # opkiln_finish_extension(<target> [ARCH_CHECK_SOURCE <path to arch_check.cu>])
 function(opkiln_finish_extension target)
   cmake_parse_arguments(PARSE_ARGV 1 arg "" "ARCH_CHECK_SOURCE" "")
-  target_compile_features(${target} PRIVATE cxx_std_${OPKILN_TORCH_CXX_STANDARD})
-  set_target_properties(${target} PROPERTIES CXX_EXTENSIONS OFF CUDA_EXTENSIONS OFF)
-  target_compile_options(${target} PRIVATE "$<$<COMPILE_LANGUAGE:CXX>:-Wall;-Wextra>")
+  _opkiln_language_options(${target} ${OPKILN_TORCH_CXX_STANDARD} "${arg_ARCH_CHECK_SOURCE}")
 
   set(runpath "$ORIGIN" "$ORIGIN/../torch/lib")
   if(OPKILN_WITH_CUDA)
-    set_target_properties(${target} PROPERTIES
-      CUDA_STANDARD ${OPKILN_TORCH_CXX_STANDARD} CUDA_STANDARD_REQUIRED ON)
-    # Compressed fatbins; no -lineinfo in release builds (it embeds absolute paths).
-    target_compile_options(${target} PRIVATE
-      "$<$<COMPILE_LANGUAGE:CUDA>:${OPKILN_CUDA_COMPRESS_FLAGS};--expt-relaxed-constexpr>")
-    _opkiln_cuda_sources_options(${target} "${arg_ARCH_CHECK_SOURCE}")
     # Where torch's CUDA runtime wheels put libcudart: nvidia/cu13/lib from CUDA 13,
     # nvidia/cuda_runtime/lib before. torch has loaded it already; this is the fallback.
     string(REGEX MATCH "^[0-9]+" cuda_major "${OPKILN_TORCH_CUDA}")
@@ -28,6 +20,20 @@ function(opkiln_finish_extension target)
   endif()
   opkiln_harden(${target} VERSION_SCRIPT "${OPKILN_SOURCE_DIR}/ops/opkiln.map" RUNPATH ${runpath})
   install(TARGETS ${target} LIBRARY DESTINATION opkiln)
+endfunction()
+
+# The C++/CUDA standard, warnings and CUDA options of the extension and of the kernel cores alike.
+function(_opkiln_language_options target standard arch_check_source)
+  target_compile_features(${target} PRIVATE cxx_std_${standard})
+  set_target_properties(${target} PROPERTIES CXX_EXTENSIONS OFF CUDA_EXTENSIONS OFF)
+  target_compile_options(${target} PRIVATE "$<$<COMPILE_LANGUAGE:CXX>:-Wall;-Wextra>")
+  if(OPKILN_WITH_CUDA)
+    set_target_properties(${target} PROPERTIES CUDA_STANDARD ${standard} CUDA_STANDARD_REQUIRED ON)
+    # Compressed fatbins; no -lineinfo in release builds (it embeds absolute paths).
+    target_compile_options(${target} PRIVATE
+      "$<$<COMPILE_LANGUAGE:CUDA>:${OPKILN_CUDA_COMPRESS_FLAGS};--expt-relaxed-constexpr>")
+    _opkiln_cuda_sources_options(${target} "${arch_check_source}")
+  endif()
 endfunction()
 
 # Per-source CUDA options of <target>'s .cu files.
@@ -67,18 +73,9 @@ function(opkiln_add_kernel_cores target)
   cmake_parse_arguments(PARSE_ARGV 1 arg "" "ARCH_CHECK_SOURCE" "SOURCES")
   add_library(${target} OBJECT ${arg_SOURCES})
   target_include_directories(${target} PRIVATE "${OPKILN_SOURCE_DIR}/ops")
-  target_compile_features(${target} PRIVATE cxx_std_${OPKILN_KERNEL_CXX_STANDARD})
-  set_target_properties(${target} PROPERTIES CXX_EXTENSIONS OFF CUDA_EXTENSIONS OFF)
-  target_compile_options(${target} PRIVATE "$<$<COMPILE_LANGUAGE:CXX>:-Wall;-Wextra>")
+  _opkiln_language_options(${target} ${OPKILN_KERNEL_CXX_STANDARD} "${arg_ARCH_CHECK_SOURCE}")
   # The one torch fact a core's objects must share with the bindings: std::string's and
   # std::vector's ABI across the boundary (1 for every torch this project builds).
   target_compile_definitions(${target} PRIVATE _GLIBCXX_USE_CXX11_ABI=${OPKILN_TORCH_CXX11_ABI})
-  if(OPKILN_WITH_CUDA)
-    set_target_properties(${target} PROPERTIES
-      CUDA_STANDARD ${OPKILN_KERNEL_CXX_STANDARD} CUDA_STANDARD_REQUIRED ON)
-    target_compile_options(${target} PRIVATE
-      "$<$<COMPILE_LANGUAGE:CUDA>:${OPKILN_CUDA_COMPRESS_FLAGS};--expt-relaxed-constexpr>")
-    _opkiln_cuda_sources_options(${target} "${arg_ARCH_CHECK_SOURCE}")
-  endif()
   opkiln_harden_compile(${target})
 endfunction()

@@ -151,30 +151,30 @@ def check_version(text: str) -> Version:
     return version
 
 
-@functools.cache
-def check_requires_python(text: str) -> str:
-    """``Requires-Python``: comma-separated plain clauses (no ``===``, no spaces inside a clause), bounded."""
+def _plain_specifier(text: str, what: str, example: str) -> str:
+    """Comma-separated plain clauses (no ``===``, no spaces inside a clause), bounded, that packaging parses."""
     if len(text) > MAX_SPECIFIER_LENGTH:
-        raise NotAKilnWheel(f"Requires-Python: longer than {MAX_SPECIFIER_LENGTH} characters")
+        raise NotAKilnWheel(f"{what}: longer than {MAX_SPECIFIER_LENGTH} characters")
     clauses = [c.strip() for c in text.split(",")]
     if not all(_SPECIFIER.fullmatch(c) for c in clauses):
-        raise NotAKilnWheel(f"Requires-Python: {text!r} is not a plain version specifier (like >=3.10)")
+        raise NotAKilnWheel(f"{what}: {text!r} is not a plain version specifier (like {example})")
     try:
         SpecifierSet(text)
     except InvalidSpecifier:
-        raise NotAKilnWheel(f"Requires-Python: {text!r} is not a version specifier") from None
+        raise NotAKilnWheel(f"{what}: {text!r} is not a version specifier") from None
     return text
+
+
+@functools.cache
+def check_requires_python(text: str) -> str:
+    """``Requires-Python`` as kiln writes it."""
+    return _plain_specifier(text, "Requires-Python", ">=3.10")
 
 
 @functools.cache
 def check_torch_requirement(text: str) -> str:
-    """The torch pin as the manifest keeps it (``<2.14,>=2.13``): plain clauses only, bounded."""
-    if len(text) > MAX_SPECIFIER_LENGTH:
-        raise NotAKilnWheel(f"torch requirement: longer than {MAX_SPECIFIER_LENGTH} characters")
-    clauses = [c.strip() for c in text.split(",")]
-    if not all(_SPECIFIER.fullmatch(c) for c in clauses):
-        raise NotAKilnWheel(f"torch requirement: {text!r} is not a plain version specifier")
-    return text
+    """The torch pin as the manifest keeps it (``<2.14,>=2.13``)."""
+    return _plain_specifier(text, "torch requirement", ">=2.13,<2.14")
 
 
 def metadata_headers(raw: bytes) -> dict[str, list[str]]:

@@ -60,8 +60,8 @@ def wheel_facts(path: Path) -> dict[str, Any]:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from kiln_tool.containers.cibw import host_arch, job_for, run_cibuildwheel
-    from kiln_tool.containers.engine import STATE_DIR, ContainerError, ensure_engine, stop_engine
+    from kiln_tool.containers.cibw import host_arch, job_for
+    from kiln_tool.containers.engine import STATE_DIR, ContainerError, running_engine
     from kiln_tool.containers.images import ensure_base
     from kiln_tool.matrix_data import MatrixError
     from kiln_tool.matrix_data import load as load_matrix
@@ -83,47 +83,47 @@ def execute(args: argparse.Namespace) -> int:
     except (ContainerError, MatrixError) as exc:
         print(f"kiln cibuildwheel: {exc}", file=sys.stderr)
         return 2
-    engine = None
     summary: dict[str, Any] = {"schema": 1, "runs": []}
     try:
-        engine = ensure_engine()
-        base = ensure_base(engine, args.base, arch)
-        summary["base"] = {"image": base.image, "standin": base.standin is not None, "describe": base.describe()}
-        if base.standin is not None:
-            summary["base"].update(glibc=base.standin.glibc, manylinux_tag=base.standin.manylinux_tag)
-        STATE_DIR.mkdir(parents=True, exist_ok=True)
-        args.out.mkdir(parents=True, exist_ok=True)
-        args.logs.mkdir(parents=True, exist_ok=True)
-        if args.repro or args.compile_cost:
-            return _measure(engine, base, plans, args)
-        for job, pythons in plans:
-            log = args.logs / f"cibuildwheel-{job.name}.log"
-            log.write_text("")
-            print(f"kiln cibuildwheel: {job.name} ({', '.join(pythons)}) on {base.describe()}; log {log}",
-                  flush=True)
-            run = run_cibuildwheel(engine, base, job, args.out, log=log, skip_tests=args.skip_tests,
-                                   pythons=pythons)
-            facts = [wheel_facts(w) for w in run.wheels]
-            summary["runs"].append({"job": job.name, "identifiers": list(run.identifiers), "image": run.image,
-                                    "seconds": round(run.seconds, 1), "wheels": facts,
-                                    "phases": [{"identifier": i, "phase": p, "seconds": round(s, 1)}
-                                               for i, p, s in run.phases]})
-            for fact in facts:
-                print(f"kiln cibuildwheel: {fact['name']} ({fact['size']} bytes, sha256 {fact['sha256']})")
-            for identifier, phase, seconds in run.phases:
-                print(f"kiln cibuildwheel:   {identifier} {phase}: {seconds:.0f} s")
+        with running_engine(args.keep_engine) as engine:
+            base = ensure_base(engine, args.base, arch)
+            summary["base"] = {"image": base.image, "standin": base.standin is not None,
+                               "describe": base.describe()}
+            if base.standin is not None:
+                summary["base"].update(glibc=base.standin.glibc, manylinux_tag=base.standin.manylinux_tag)
+            STATE_DIR.mkdir(parents=True, exist_ok=True)
+            args.out.mkdir(parents=True, exist_ok=True)
+            args.logs.mkdir(parents=True, exist_ok=True)
+            if args.repro or args.compile_cost:
+                return _measure(engine, base, plans, args)
+            for job, pythons in plans:
+                summary["runs"].append(_build(engine, base, job, pythons, args))
     except ContainerError as exc:
         print(f"kiln cibuildwheel: {exc}", file=sys.stderr)
         return exc.exit_code
-    finally:
-        if engine is not None and not args.keep_engine:
-            stop_engine(engine)
     summary["seconds"] = round(time.monotonic() - started, 1)
     (args.logs / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     note = f" {summary['base']['describe']}." if summary["base"]["standin"] else ""
     print(f"kiln cibuildwheel: {sum(len(r['wheels']) for r in summary['runs'])} wheel(s) in {args.out} "
           f"in {summary['seconds']:.0f} s (logs and summary.json in {args.logs}).{note}")
     return 0
+
+
+def _build(engine: Any, base: Any, job: Any, pythons: tuple[str, ...], args: argparse.Namespace) -> dict[str, Any]:
+    from kiln_tool.containers.cibw import run_cibuildwheel
+
+    log = args.logs / f"cibuildwheel-{job.name}.log"
+    log.write_text("")
+    print(f"kiln cibuildwheel: {job.name} ({', '.join(pythons)}) on {base.describe()}; log {log}", flush=True)
+    run = run_cibuildwheel(engine, base, job, args.out, log=log, skip_tests=args.skip_tests, pythons=pythons)
+    facts = [wheel_facts(w) for w in run.wheels]
+    for fact in facts:
+        print(f"kiln cibuildwheel: {fact['name']} ({fact['size']} bytes, sha256 {fact['sha256']})")
+    for identifier, phase, seconds in run.phases:
+        print(f"kiln cibuildwheel:   {identifier} {phase}: {seconds:.0f} s")
+    return {"job": job.name, "identifiers": list(run.identifiers), "image": run.image,
+            "seconds": round(run.seconds, 1), "wheels": facts,
+            "phases": [{"identifier": i, "phase": p, "seconds": round(s, 1)} for i, p, s in run.phases]}
 
 
 def _measure(engine: Any, base: Any, plans: list[Any], args: argparse.Namespace) -> int:

@@ -17,6 +17,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 HELP = "rehearse a release: kiln release onto a site served on 127.0.0.1, then pip/uv installs in fresh containers"
 
@@ -40,12 +41,7 @@ def _uv() -> Path | None:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from kiln_tool.commands.audit import STANDIN_ENV
-    from kiln_tool.containers.cibw import host_arch, job_for, run_cibuildwheel
-    from kiln_tool.containers.engine import ContainerError, ensure_engine, stop_engine
-    from kiln_tool.containers.images import ensure_base
-    from kiln_tool.containers.rehearsal import rehearse
-    from kiln_tool.epoch import source_date_epoch
+    from kiln_tool.containers.engine import ContainerError, running_engine
 
     wheels = sorted(args.wheels.glob("*.whl"))
     if not wheels:
@@ -56,48 +52,56 @@ def execute(args: argparse.Namespace) -> int:
         print("kiln release-rehearsal: no uv here (requirements/dev.txt pins it: make venv)", file=sys.stderr)
         return 2
     started = time.monotonic()
-    engine = None
     try:
-        engine = ensure_engine()
-        base = ensure_base(engine, args.base, host_arch())
-        if base.standin is not None:
-            os.environ[STANDIN_ENV] = base.standin.manylinux_tag
-            print(f"kiln release-rehearsal: {base.describe()}: the release audit asserts that tag")
-        work = args.work.resolve()
-        if work.exists():
-            shutil.rmtree(work)
-        work.mkdir(parents=True)
-        log = work / "rehearsal.log"
-        rebuilt = work / "rebuilt"
-        cpu = next((w for w in wheels if "cpu-" in w.name), None)
-        if cpu is None:
-            raise ContainerError(f"no CPU wheel in {args.wheels} to rebuild")
-        print("kiln release-rehearsal: rebuilding the CPU wheel with another SOURCE_DATE_EPOCH (other bytes, "
-              "the same name)", flush=True)
-        python_tag = cpu.name.split("-")[2]  # cp311
-        python = f"{python_tag[2]}.{python_tag[3:]}"
-        rebuild = run_cibuildwheel(engine, base, job_for("cpu", (python,), host_arch()), rebuilt,
-                                   log=work / "rebuild.log", skip_tests=True, pythons=(python,),
-                                   extra_env={"SOURCE_DATE_EPOCH": str(int(source_date_epoch()) + 86400)})
-        if [w.name for w in rebuild.wheels] != [cpu.name]:
-            raise ContainerError(f"the rebuild made {[w.name for w in rebuild.wheels]}, not {cpu.name}")
-        if rebuild.wheels[0].read_bytes() == cpu.read_bytes():
-            raise ContainerError("the rebuilt wheel has the same bytes; it would not test the refusal")
-        staged = work / "release-wheels"
-        staged.mkdir()
-        for wheel in wheels:
-            shutil.copy2(wheel, staged / wheel.name)
-        summary = rehearse(engine, base, staged, rebuilt, work / "sites", uv, log)
-        summary["rebuild_seconds"] = round(rebuild.seconds, 1)
-        summary["seconds"] = round(time.monotonic() - started, 1)
-        summary["base"] = base.describe()
-        (work / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        with running_engine(args.keep_engine) as engine:
+            summary = _rehearse(engine, args, wheels, uv)
     except ContainerError as exc:
         print(f"kiln release-rehearsal: {exc}", file=sys.stderr)
         return exc.exit_code
-    finally:
-        if engine is not None and not args.keep_engine:
-            stop_engine(engine)
+    summary["seconds"] = round(time.monotonic() - started, 1)
+    (args.work.resolve() / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     print(f"kiln release-rehearsal: passed in {summary['seconds']:.0f} s ({summary['base']}); "
-          f"{work / 'summary.json'}")
+          f"{args.work / 'summary.json'}")
     return 0
+
+
+def _rehearse(engine: Any, args: argparse.Namespace, wheels: list[Path], uv: Path) -> dict[str, Any]:
+    from kiln_tool.commands.audit import STANDIN_ENV
+    from kiln_tool.containers.cibw import host_arch, job_for, run_cibuildwheel
+    from kiln_tool.containers.engine import ContainerError
+    from kiln_tool.containers.images import ensure_base
+    from kiln_tool.containers.rehearsal import rehearse
+    from kiln_tool.epoch import source_date_epoch
+
+    base = ensure_base(engine, args.base, host_arch())
+    if base.standin is not None:
+        os.environ[STANDIN_ENV] = base.standin.manylinux_tag
+        print(f"kiln release-rehearsal: {base.describe()}: the release audit asserts that tag")
+    work = args.work.resolve()
+    if work.exists():
+        shutil.rmtree(work)
+    work.mkdir(parents=True)
+    log = work / "rehearsal.log"
+    rebuilt = work / "rebuilt"
+    cpu = next((w for w in wheels if "cpu-" in w.name), None)
+    if cpu is None:
+        raise ContainerError(f"no CPU wheel in {args.wheels} to rebuild")
+    print("kiln release-rehearsal: rebuilding the CPU wheel with another SOURCE_DATE_EPOCH (other bytes, "
+          "the same name)", flush=True)
+    python_tag = cpu.name.split("-")[2]  # cp311
+    python = f"{python_tag[2]}.{python_tag[3:]}"
+    rebuild = run_cibuildwheel(engine, base, job_for("cpu", (python,), host_arch()), rebuilt,
+                               log=work / "rebuild.log", skip_tests=True, pythons=(python,),
+                               extra_env={"SOURCE_DATE_EPOCH": str(int(source_date_epoch()) + 86400)})
+    if [w.name for w in rebuild.wheels] != [cpu.name]:
+        raise ContainerError(f"the rebuild made {[w.name for w in rebuild.wheels]}, not {cpu.name}")
+    if rebuild.wheels[0].read_bytes() == cpu.read_bytes():
+        raise ContainerError("the rebuilt wheel has the same bytes; it would not test the refusal")
+    staged = work / "release-wheels"
+    staged.mkdir()
+    for wheel in wheels:
+        shutil.copy2(wheel, staged / wheel.name)
+    summary = rehearse(engine, base, staged, rebuilt, work / "sites", uv, log)
+    summary["rebuild_seconds"] = round(rebuild.seconds, 1)
+    summary["base"] = base.describe()
+    return summary

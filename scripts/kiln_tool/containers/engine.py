@@ -15,6 +15,8 @@ import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -125,6 +127,17 @@ def stop_engine(engine: Engine) -> None:
     else:
         os.kill(engine.started_pid, signal.SIGKILL)
     _pid_file().unlink(missing_ok=True)
+
+
+@contextmanager
+def running_engine(keep: bool = False) -> Iterator[Engine]:
+    """An engine for the block; a dockerd started for it is ended after it unless `keep`."""
+    engine = ensure_engine()
+    try:
+        yield engine
+    finally:
+        if not keep:
+            stop_engine(engine)
 
 
 def docker(engine: Engine, *args: str, log: Path | None = None, check: bool = True,
