@@ -133,8 +133,9 @@ def _audit_libraries(artifact: ArtifactContext, members: list[tuple[str, Locatio
         ctx = LibraryContext(member=member, location=location, lib=lib, data=data, artifact=artifact)
         try:
             _check_library(ctx, lib_report)
-        except CORRUPT_ELF_ERRORS as exc:
-            # A structure pyelftools reads lazily (version tables, symbols) is damaged.
+        except (*CORRUPT_ELF_ERRORS, ValueError, OverflowError) as exc:
+            # A structure pyelftools reads lazily (version tables, symbols, notes) is damaged: offsets or
+            # sizes out of range surface as ValueError/OverflowError there. Judged, never the catch-all.
             lib_report.checks = []
             lib_report.cuda_manifest = None
             _elf_valid(lib_report, ElfInvalid(f"corrupt ELF: {exc}"), member)
