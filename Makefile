@@ -96,10 +96,15 @@ release-index: venv
 # The container pipeline (docs/containers.md). Each starts what it needs (docker.io, dockerd
 # without a bridge network) and ends the dockerd it started. CONTAINER_BASE: auto (the pinned
 # real manylinux_2_28 image where it can be pulled, else the stand-in), real or standin.
+# ARCH=aarch64: the CPU-kernel wheel for aarch64, built and tested under qemu-user emulation on
+# an x86_64 machine (into wheelhouse-aarch64/; not part of make test: see docs/containers.md).
 CONTAINER_BASE ?= auto
+ARCH ?=
+WHEELHOUSE := wheelhouse$(if $(ARCH),-$(ARCH))
 cibuildwheel: venv
-	rm -rf wheelhouse
-	$(KILN) cibuildwheel --base $(CONTAINER_BASE) --out wheelhouse
+	rm -rf $(WHEELHOUSE)
+	$(KILN) cibuildwheel --base $(CONTAINER_BASE) --out $(WHEELHOUSE) \
+	  $(if $(ARCH),--arch $(ARCH) --variant cpu --logs build/cibuildwheel-$(ARCH))
 
 release-rehearsal: venv
 	$(KILN) release-rehearsal --base $(CONTAINER_BASE) --wheels wheelhouse --work build/rehearsal

@@ -30,6 +30,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--python", action="append", dest="pythons", metavar="X.Y",
                         help="CPython of the wheels (default: each local combination's own); repeatable: "
                         "more wheels in one container run")
+    parser.add_argument("--arch", choices=("x86_64", "aarch64"), default=None,
+                        help="the wheels' processor (default: this machine's); another one is built and tested "
+                        "under qemu-user emulation (docs/containers.md)")
     parser.add_argument("--base", choices=("auto", "real", "standin"), default="auto",
                         help="auto: the real manylinux_2_28 image where it can be pulled, else the stand-in")
     parser.add_argument("--out", type=Path, default=Path("wheelhouse"), metavar="DIR",
@@ -70,7 +73,7 @@ def execute(args: argparse.Namespace) -> int:
     try:
         matrix = load_matrix()
         variants = args.variants or [s.cuda for s in matrix.local]
-        arch = host_arch()
+        arch = args.arch or host_arch()
         plans = []
         for variant in variants:
             spec = next((s for s in matrix.local if s.cuda == variant), None)

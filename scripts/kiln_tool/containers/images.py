@@ -87,6 +87,8 @@ def ensure_build_image(engine: Engine, base: Base, variant: str, arch: str | Non
     arch = arch or _platform.machine()
     args = docker_build_args(load_matrix(), variant, arch)
     args = [f"BASE_IMAGE={base.image}" if a.startswith("BASE_IMAGE=") else a for a in args]
+    if base.standin is not None and base.standin.tool_python:
+        args += ["--build-arg", f"TOOL_PYTHON={base.standin.tool_python}"]  # the CPython the stand-in has
     base_id = docker(engine, "image", "inspect", "--format", "{{.Id}}", base.image, capture=True).strip()
     digest = hashlib.sha256("\0".join([_folder_digest(DOCKER_DIR), base_id, *args]).encode()).hexdigest()[:16]
     tag = f"opkiln-{base.label}-{variant}-{arch}:{digest}"
@@ -94,7 +96,8 @@ def ensure_build_image(engine: Engine, base: Base, variant: str, arch: str | Non
         print(f"containers: build image {tag} (cached)", flush=True)
         return tag
     print(f"containers: building {tag} from docker/Dockerfile on {base.describe()}", flush=True)
-    env_args = ["build", "--network", "host", "--tag", tag]
+    env_args = ["build", "--network", "host", "--platform", {"x86_64": "linux/amd64", "aarch64": "linux/arm64"}[arch],
+                "--tag", tag]
     env_args += args
     env_args.append(str(DOCKER_DIR))
     os.environ.setdefault("DOCKER_BUILDKIT", "0")  # the classic builder: docker.io's daemon has no buildx here

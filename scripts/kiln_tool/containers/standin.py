@@ -19,12 +19,14 @@ Their tag is a digest of everything that went in, so a rerun with nothing change
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import platform
 import shlex
 import shutil
 import subprocess
+import tarfile
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +48,8 @@ class HostPython:
     prefix: Path
     """The installation root (sys.base_prefix), copied into the image at the same path."""
     full_version: str
+    copied: bool = True
+    """False: the image's own (Debian's) CPython, installed by apt, not copied from this machine."""
 
     @property
     def cp(self) -> str:
@@ -59,6 +63,8 @@ class StandinImages:
     glibc: str
     manylinux_tag: str
     suite: str
+    tool_python: str = ""
+    """A CPython of the image, for docker/Dockerfile's TOOL_PYTHON."""
 
     def describe(self) -> str:
         return (f"STAND-IN base (Debian {self.suite}, glibc {self.glibc}; gives {self.manylinux_tag} wheels, "
@@ -69,6 +75,53 @@ def _recipe() -> dict[str, object]:
     standin = load_recipe()["standin"]
     assert isinstance(standin, dict)
     return standin
+
+
+def python_source(arch: str) -> str:
+    sources = _recipe()["python_source"]
+    assert isinstance(sources, dict)
+    if arch not in sources:
+        raise ContainerError(f"no stand-in python_source for {arch} (data/containers.json)")
+    return str(sources[arch])
+
+
+def image_pythons(arch: str) -> tuple[list[HostPython], list[str], list[str]]:
+    """The stand-in's CPythons for `arch`, the Debian packages debootstrap installs for them, and those
+    apt-get installs in the image afterwards (Debian's python3.X-venv does not configure inside a
+    foreign-architecture debootstrap)."""
+    if python_source(arch) == "host":
+        pythons = host_pythons()
+        return pythons, _elf_packages(pythons), []
+    debian = _recipe()["debian_python"]
+    assert isinstance(debian, dict)
+    version = str(debian["version"])
+    return ([HostPython(version=version, prefix=Path("/usr"), full_version=f"debian-{version}", copied=False)],
+            [], [str(p) for p in debian["packages"]])
+
+
+def ensure_emulation(arch: str) -> None:
+    """binfmt handlers for `arch` (qemu-user-static) when it is not this machine's architecture."""
+    if arch == platform.machine():
+        return
+    qemu = {"aarch64": "qemu-aarch64"}.get(arch, f"qemu-{arch}")
+    handler = Path("/proc/sys/fs/binfmt_misc") / qemu
+    if handler.exists():
+        return
+    if os.geteuid() != 0:
+        raise ContainerError(f"{arch} needs qemu-user emulation (binfmt handler {qemu}) and this is not root")
+    packages = [str(p) for p in _recipe()["emulation_packages"]]  # type: ignore[attr-defined]
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    steps = [["apt-get", "install", "-y", "-qq", "--no-install-recommends", *packages]]
+    if not Path("/proc/sys/fs/binfmt_misc/register").exists():
+        steps.append(["mount", "-t", "binfmt_misc", "binfmt_misc", "/proc/sys/fs/binfmt_misc"])
+    steps.append(["update-binfmts", "--enable", qemu])
+    for cmd in steps:
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        if proc.returncode != 0 and cmd[0] != "update-binfmts":
+            raise ContainerError(f"`{' '.join(cmd)}` failed: {proc.stderr.strip()[-400:]}")
+    if not handler.exists():
+        raise ContainerError(f"no binfmt handler {handler} after installing {', '.join(packages)}")
+    print(f"containers: {arch} binaries run under qemu-user emulation ({handler})", flush=True)
 
 
 def host_pythons() -> list[HostPython]:
@@ -186,14 +239,55 @@ def _provision_script(pythons: list[HostPython]) -> str:
     for py in pythons:
         exe = shlex.quote(f"{py.prefix}/bin/python{py.version}")
         venv = f"/opt/python/{py.cp}-{py.cp}"
-        lines += [f"{exe} -m ensurepip --default-pip >/dev/null",
-                  f"{exe} -m venv {venv}",
+        if py.copied:  # Debian's own CPython has ensurepip through python3.X-venv
+            lines.append(f"{exe} -m ensurepip --default-pip >/dev/null")
+        lines += [f"{exe} -m venv {venv}",
                   f"{venv}/bin/python -c 'import ssl, sqlite3, ctypes, zlib, bz2, lzma'"]
     lines += [f"mkdir -p {UTILITY_PYTHON}/bin",
               f"ln -sf /usr/bin/python3 {UTILITY_PYTHON}/bin/python",
               f"ln -sf /usr/bin/python3 {UTILITY_PYTHON}/bin/python3",
               "getconf GNU_LIBC_VERSION"]
     return "\n".join(lines)
+
+
+def _docker_platform(arch: str) -> str:
+    return {"x86_64": "linux/amd64", "aarch64": "linux/arm64"}[arch]
+
+
+def set_image_architecture(engine: Engine, image: str, arch: str, log: Path) -> None:
+    """Record `arch` in `image`'s config. `docker import --platform` is experimental in docker.io 20.10 (and
+    ignored without it), so an imported arm64 root would be recorded as amd64, and `docker run --platform
+    linux/arm64` would then try to pull it. The image is saved, its config rewritten, and loaded again."""
+    want = _docker_platform(arch).split("/")[1]
+    have = docker(engine, "image", "inspect", "--format", "{{.Architecture}}", image, capture=True).strip()
+    if have == want:
+        return
+    with tempfile.TemporaryDirectory(dir=STATE_DIR, prefix="standin-arch-") as tmp:
+        saved, rewritten = Path(tmp) / "saved.tar", Path(tmp) / "rewritten.tar"
+        docker(engine, "save", "-o", str(saved), image, log=log)
+        with tarfile.open(saved) as src, tarfile.open(rewritten, "w") as dst:
+            manifest = json.load(src.extractfile("manifest.json"))  # type: ignore[arg-type]
+            (entry,) = manifest
+            config = json.load(src.extractfile(entry["Config"]))  # type: ignore[arg-type]
+            config["architecture"] = want
+            if want == "arm64":
+                config["variant"] = "v8"
+            data = json.dumps(config, separators=(",", ":")).encode()
+            name = f"{hashlib.sha256(data).hexdigest()}.json"
+            old = entry["Config"]
+            entry["Config"] = name
+            for member in src.getmembers():
+                if member.name in (old, "manifest.json"):
+                    continue
+                dst.addfile(member, src.extractfile(member) if member.isfile() else None)
+            for arcname, blob in ((name, data), ("manifest.json", json.dumps(manifest).encode())):
+                info = tarfile.TarInfo(arcname)
+                info.size = len(blob)
+                dst.addfile(info, io.BytesIO(blob))
+        docker(engine, "load", "-i", str(rewritten), log=log)
+    have = docker(engine, "image", "inspect", "--format", "{{.Architecture}}", image, capture=True).strip()
+    if have != want:
+        raise ContainerError(f"{image} is recorded as {have}, not {want}, after rewriting its config")
 
 
 def _commit(engine: Engine, container: str, image: str, changes: list[str], log: Path) -> None:
@@ -204,10 +298,11 @@ def _commit(engine: Engine, container: str, image: str, changes: list[str], log:
 
 
 def _run_and_commit(engine: Engine, base: str, image: str, script: str, network: str, changes: list[str],
-                    log: Path) -> str:
+                    log: Path, arch: str) -> str:
     name = f"opkiln-standin-provision-{os.getpid()}"
     try:
-        docker(engine, "run", "--name", name, f"--network={network}", base, "/bin/bash", "-c", script, log=log)
+        docker(engine, "run", "--name", name, f"--network={network}", f"--platform={_docker_platform(arch)}", base,
+               "/bin/bash", "-c", script, log=log)
         _commit(engine, name, image, changes, log)
         out = docker(engine, "logs", name, capture=True)
     finally:
@@ -223,12 +318,13 @@ def ensure_standin(engine: Engine, arch: str | None = None, log: Path | None = N
     assert isinstance(debian_arch, dict)
     if arch not in debian_arch:
         raise ContainerError(f"no stand-in recipe for {arch} (data/containers.json standin.debian_arch)")
-    pythons = host_pythons()
-    extra = _elf_packages(pythons)
-    key = inputs_digest(arch, pythons, extra)
+    ensure_emulation(arch)
+    pythons, extra, apt_packages = image_pythons(arch)
+    key = inputs_digest(arch, pythons, [*extra, *apt_packages])
     runtime, build = image_names(arch, key)
     result = StandinImages(runtime=runtime, build=build, glibc=str(recipe["glibc"]),
-                           manylinux_tag=str(recipe["manylinux_tag"]), suite=str(recipe["suite"]))
+                           manylinux_tag=str(recipe["manylinux_tag"]), suite=str(recipe["suite"]),
+                           tool_python=f"/opt/python/{pythons[0].cp}-{pythons[0].cp}/bin/python")
     if image_exists(engine, runtime) and image_exists(engine, build):
         print(f"containers: {result.describe()}: {runtime} and {build} (cached)", flush=True)
         return result
@@ -236,9 +332,9 @@ def ensure_standin(engine: Engine, arch: str | None = None, log: Path | None = N
     log = log or STATE_DIR / f"standin-{key}.log"
     print(f"containers: building the {result.describe()} (log {log})", flush=True)
     if not image_exists(engine, runtime):
-        _build_runtime(engine, arch, str(debian_arch[arch]), pythons, extra, key, runtime, log)
-    glibc = docker(engine, "run", "--rm", "--network=none", runtime, "getconf", "GNU_LIBC_VERSION",
-                   capture=True).split()[-1]
+        _build_runtime(engine, arch, str(debian_arch[arch]), pythons, extra, apt_packages, key, runtime, log)
+    glibc = docker(engine, "run", "--rm", "--network=none", f"--platform={_docker_platform(arch)}", runtime,
+                   "getconf", "GNU_LIBC_VERSION", capture=True).split()[-1]
     if glibc != result.glibc:
         raise ContainerError(f"the stand-in has glibc {glibc}, data/containers.json says {result.glibc}")
     packages = " ".join(shlex.quote(str(p)) for p in recipe["build_packages"])  # type: ignore[attr-defined]
@@ -246,7 +342,7 @@ def ensure_standin(engine: Engine, arch: str | None = None, log: Path | None = N
               f"apt-get install -y -qq --no-install-recommends {packages} >/dev/null; "
               "rm -rf /var/lib/apt/lists/*; gcc --version | head -n 1")
     _run_and_commit(engine, runtime, build, script, "host",
-                    [*_labels("build", key), 'CMD ["/bin/bash"]'], log)
+                    [*_labels("build", key), 'CMD ["/bin/bash"]'], log, arch)
     print(f"containers: built {runtime} and {build}", flush=True)
     stale = [ref for kind in ("runtime", "build")
              for ref in prune_tags(engine, runtime.split(":")[0], {runtime, build}, tag_prefix=f"{kind}-{arch}-")]
@@ -256,7 +352,7 @@ def ensure_standin(engine: Engine, arch: str | None = None, log: Path | None = N
 
 
 def _build_runtime(engine: Engine, arch: str, debian_arch: str, pythons: list[HostPython], extra: list[str],
-                   key: str, image: str, log: Path) -> None:
+                   apt_packages: list[str], key: str, image: str, log: Path) -> None:
     recipe = _recipe()
     if shutil.which("debootstrap") is None:
         if os.geteuid() != 0:
@@ -276,7 +372,8 @@ def _build_runtime(engine: Engine, arch: str, debian_arch: str, pythons: list[Ho
         if proc.returncode != 0:
             raise ContainerError(f"debootstrap failed (exit {proc.returncode}); see {log}")
         for py in pythons:
-            _copy_python(py, root)
+            if py.copied:
+                _copy_python(py, root)
         for ca in _host_ca_files():
             dest = root / "usr/local/share/ca-certificates" / ca.relative_to(HOST_CA_DIR)
             dest.parent.mkdir(parents=True, exist_ok=True)
@@ -292,8 +389,14 @@ def _build_runtime(engine: Engine, arch: str, debian_arch: str, pythons: list[Ho
             tar.wait()
         if tar.returncode != 0:
             raise ContainerError(f"packing the stand-in root failed (tar exit {tar.returncode})")
+        set_image_architecture(engine, raw, arch, log)
     try:
-        _run_and_commit(engine, raw, image, _provision_script(pythons), "none",
-                        [*_labels("runtime", key), *_ENV, 'CMD ["/bin/bash"]'], log)
+        script = _provision_script(pythons)
+        if apt_packages:
+            script = ("set -euo pipefail; export DEBIAN_FRONTEND=noninteractive; apt-get update -qq; "
+                      f"apt-get install -y -qq --no-install-recommends {' '.join(map(shlex.quote, apt_packages))}"
+                      " >/dev/null; rm -rf /var/lib/apt/lists/*\n" + script)
+        _run_and_commit(engine, raw, image, script, "host" if apt_packages else "none",
+                        [*_labels("runtime", key), *_ENV, 'CMD ["/bin/bash"]'], log, arch)
     finally:
         subprocess.run([engine.docker, "rmi", raw], capture_output=True)
