@@ -174,6 +174,9 @@ NEVER: dict[str, tuple[dict[str, object], str]] = {
     "build info of another version": (dict(build_info_overrides={"opkiln_version": "0.3.0+pt213cpu"}),
                                       "opkiln_version"),
     "a stable-ABI build info on a per-torch name": (dict(build_info_overrides={"abi_mode": "stable"}), "stable"),
+    "CUDA kernels built against another CUDA's torch": (
+        dict(version="0.2.0+pt214cu130", cuda_tag="cu130", torch_major_minor="2.14",
+             torch_requirement="torch<2.15,>=2.14", build_info_overrides={"torch_version": "2.14.1+cu126"}), "torch"),
 }
 
 
@@ -203,14 +206,16 @@ REAL_SHAPES = [
     dict(version="0.2.0+cpu", abi_mode="stable", python_tag="cp310", torch_requirement="torch>=2.13",
          platform="manylinux_2_28_x86_64"),
     dict(platform="manylinux_2_28_aarch64"),
+    # CPU kernels against a CUDA build of the torch minor (OPKILN_VARIANT=cpu; PyPI's aarch64 torch is one).
+    dict(platform="manylinux_2_34_aarch64", build_info_overrides={"torch_version": "2.13.0+cu130"}),
     dict(platform="manylinux_2_27_x86_64.manylinux_2_28_x86_64"),
     dict(extra_files={"opkiln.libs/libgomp-a34b3233.so.1.0.0": b"\x7fELF",
                       f"{DIST_INFO}/sboms/auditwheel.cdx.json": b"{}", f"{DIST_INFO}/licenses/LICENSE": b"BSD"}),
 ]
 
 
-@pytest.mark.parametrize("knobs", REAL_SHAPES, ids=["cpu", "cu130", "abi3", "aarch64", "compressed tags",
-                                                    "repaired (libs, sboms, licenses)"])
+@pytest.mark.parametrize("knobs", REAL_SHAPES, ids=["cpu", "cu130", "abi3", "aarch64", "cpu kernels, cuda torch",
+                                                    "compressed tags", "repaired (libs, sboms, licenses)"])
 def test_every_shape_kiln_builds_fits_the_definition(knobs: dict[str, object], tmp_path: Path) -> None:
     from kiln_tool import kiln_wheel
     from kiln_tool.safezip import SafeZip
