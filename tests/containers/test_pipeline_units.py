@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from kiln_tool.audit.checks.wheel import _release_results
 from kiln_tool.audit.context import ReleaseRule
 from kiln_tool.containers import measure
-from kiln_tool.containers.cibw import container_pip_env, export_tree
+from kiln_tool.containers.cibw import container_pip_env, emulation_mounts, export_tree, host_arch
 from kiln_tool.containers.engine import load_recipe
 from kiln_tool.containers.standin import _labels, image_names
 
@@ -179,3 +179,15 @@ def test_the_container_recipe_is_data() -> None:
     assert data["schema_version"] == 1
     assert "--bridge=none" in data["engine"]["dockerd_args"]
     assert set(data["standin"]["debian_arch"]) >= {"x86_64"}
+
+
+def test_an_emulated_container_gets_its_architectures_cpuinfo() -> None:
+    """qemu-user 7.2 passes the host's /proc/cpuinfo through; torch's cpuinfo library crashes on an x86_64 one."""
+    assert emulation_mounts(host_arch()) == ""
+    other = "aarch64" if host_arch() == "x86_64" else "x86_64"
+    mount = emulation_mounts(other)
+    if other == "aarch64":
+        source = REPO / "data" / "emulation" / "aarch64-cpuinfo"
+        assert mount == f" --volume={source}:/proc/cpuinfo:ro --env=QEMU_CPU=neoverse-n1"
+        text = source.read_text()
+        assert "CPU implementer" in text and "Features" in text and " sve" not in text

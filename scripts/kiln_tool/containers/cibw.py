@@ -28,7 +28,7 @@ from ..build_env import REPO_ROOT
 from ..epoch import source_date_epoch
 from ..matrix_data import MatrixJob, build_jobs, github_entry
 from ..matrix_data import load as load_matrix
-from .engine import STATE_DIR, ContainerError, Engine
+from .engine import STATE_DIR, ContainerError, Engine, load_recipe
 from .images import Base, ensure_build_image
 
 CCACHE_HOST_DIR = Path(os.environ.get("OPKILN_CONTAINER_CCACHE", STATE_DIR.parent / "ccache-containers"))
@@ -139,7 +139,7 @@ def run_cibuildwheel(engine: Engine, base: Base, job: MatrixJob, out: Path, *, l
         "CIBW_ARCHS": arch,
         f"CIBW_MANYLINUX_{arch.upper()}_IMAGE": image,
         # No bridge network here; cpu-shares keep a desktop responsive (nice does not reach containers).
-        "CIBW_CONTAINER_ENGINE": "docker; create_args: --network=host --cpu-shares=512",
+        "CIBW_CONTAINER_ENGINE": "docker; create_args: --network=host --cpu-shares=512" + emulation_mounts(arch),
         "OPKILN_TORCH_VERSION": entry["torch"],
         "OPKILN_TORCH_INDEX": torch_index or standin_torch_index(base) or entry["torch_index"],
         "OPKILN_VARIANT": entry["opkiln_variant"],
@@ -212,6 +212,24 @@ STANDIN_TORCH_INDEX = "https://pypi.org/simple"
 
 def standin_torch_index(base: Base) -> str | None:
     return STANDIN_TORCH_INDEX if base.standin is not None else None
+
+
+def emulation_mounts(arch: str) -> str:
+    """Extra create_args for a container of an architecture this machine only emulates: a /proc/cpuinfo of
+    that architecture and the CPU qemu emulates to match it (data/containers.json emulation says why)."""
+    if arch == host_arch():
+        return ""
+    recipe = load_recipe().get("emulation", {})
+    assert isinstance(recipe, dict)
+    cpuinfo = recipe.get("cpuinfo", {}).get(arch)
+    if not cpuinfo:
+        return ""
+    path = REPO_ROOT / str(cpuinfo)
+    if not path.is_file():
+        raise ContainerError(f"{path} is missing (data/containers.json emulation.cpuinfo)")
+    mounts = f" --volume={path}:/proc/cpuinfo:ro"
+    cpu = recipe.get("qemu_cpu", {}).get(arch)
+    return mounts + (f" --env=QEMU_CPU={cpu}" if cpu else "")
 
 
 def git_head(source: Path = REPO_ROOT) -> str:
