@@ -39,6 +39,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from .safezip import SafeZip, UnsafeArchiveError
+from .variant import MODES as ABI_MODES
 
 SITE_PROJECT = "opkiln"
 """The project every kiln site publishes (pyproject.toml's name)."""
@@ -55,7 +56,6 @@ CPYTHON = re.compile(r"cp3[0-9]{1,2}")
 CUDA_TAG = re.compile(r"cpu|cu[0-9]{2,4}")
 TORCH_MAJOR_MINOR = re.compile(r"[0-9]{1,3}\.[0-9]{1,3}")
 BUILD_INFO_PYTHON_TAG = re.compile(r"cp3[0-9]{1,2}(-abi3)?")
-ABI_MODES = ("torch", "stable")
 _VERSION = re.compile(r"[0-9]+(\.[0-9]+){0,4}((a|b|rc)[0-9]+)?(\.post[0-9]+)?(\.dev[0-9]+)?\+[a-z0-9]+")
 _SPECIFIER = re.compile(r"(<=|>=|==|!=|~=|<|>)[0-9]+(\.[0-9]+)*(\.\*)?")
 _PART = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*")
