@@ -18,7 +18,7 @@ from ..build_env import REPO_ROOT
 from ..matrix_data import docker_build_args
 from ..matrix_data import load as load_matrix
 from .engine import ContainerError, Engine, docker, image_exists, prune_tags
-from .standin import StandinImages, ensure_standin
+from .standin import StandinImages, docker_platform, ensure_standin
 
 DOCKER_DIR = REPO_ROOT / "docker"
 BASES = ("auto", "real", "standin")
@@ -96,8 +96,7 @@ def ensure_build_image(engine: Engine, base: Base, variant: str, arch: str | Non
         print(f"containers: build image {tag} (cached)", flush=True)
         return tag
     print(f"containers: building {tag} from docker/Dockerfile on {base.describe()}", flush=True)
-    env_args = ["build", "--network", "host", "--platform", {"x86_64": "linux/amd64", "aarch64": "linux/arm64"}[arch],
-                "--tag", tag]
+    env_args = ["build", "--network", "host", "--platform", docker_platform(arch), "--tag", tag]
     env_args += args
     env_args.append(str(DOCKER_DIR))
     os.environ.setdefault("DOCKER_BUILDKIT", "0")  # the classic builder: docker.io's daemon has no buildx here

@@ -250,7 +250,7 @@ def _provision_script(pythons: list[HostPython]) -> str:
     return "\n".join(lines)
 
 
-def _docker_platform(arch: str) -> str:
+def docker_platform(arch: str) -> str:
     return {"x86_64": "linux/amd64", "aarch64": "linux/arm64"}[arch]
 
 
@@ -258,7 +258,7 @@ def set_image_architecture(engine: Engine, image: str, arch: str, log: Path) -> 
     """Record `arch` in `image`'s config. `docker import --platform` is experimental in docker.io 20.10 (and
     ignored without it), so an imported arm64 root would be recorded as amd64, and `docker run --platform
     linux/arm64` would then try to pull it. The image is saved, its config rewritten, and loaded again."""
-    want = _docker_platform(arch).split("/")[1]
+    want = docker_platform(arch).split("/")[1]
     have = docker(engine, "image", "inspect", "--format", "{{.Architecture}}", image, capture=True).strip()
     if have == want:
         return
@@ -301,7 +301,7 @@ def _run_and_commit(engine: Engine, base: str, image: str, script: str, network:
                     log: Path, arch: str) -> str:
     name = f"opkiln-standin-provision-{os.getpid()}"
     try:
-        docker(engine, "run", "--name", name, f"--network={network}", f"--platform={_docker_platform(arch)}", base,
+        docker(engine, "run", "--name", name, f"--network={network}", f"--platform={docker_platform(arch)}", base,
                "/bin/bash", "-c", script, log=log)
         _commit(engine, name, image, changes, log)
         out = docker(engine, "logs", name, capture=True)
@@ -333,7 +333,7 @@ def ensure_standin(engine: Engine, arch: str | None = None, log: Path | None = N
     print(f"containers: building the {result.describe()} (log {log})", flush=True)
     if not image_exists(engine, runtime):
         _build_runtime(engine, arch, str(debian_arch[arch]), pythons, extra, apt_packages, key, runtime, log)
-    glibc = docker(engine, "run", "--rm", "--network=none", f"--platform={_docker_platform(arch)}", runtime,
+    glibc = docker(engine, "run", "--rm", "--network=none", f"--platform={docker_platform(arch)}", runtime,
                    "getconf", "GNU_LIBC_VERSION", capture=True).split()[-1]
     if glibc != result.glibc:
         raise ContainerError(f"the stand-in has glibc {glibc}, data/containers.json says {result.glibc}")
