@@ -54,8 +54,8 @@ suite: venv
 	$(VPY) -m pytest $(PYTEST_ARGS)
 
 lint: venv
-	$(VENV)/bin/ruff check python scripts tests benchmarks
-	$(VENV)/bin/mypy python/opkiln scripts/kiln_tool
+	$(VENV)/bin/ruff check python src scripts tests benchmarks
+	$(VENV)/bin/mypy python/opkiln src/kiln_tool
 
 # repro: two builds of the same sources under varied conditions, compared byte for byte.
 repro: venv

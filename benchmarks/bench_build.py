@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "scripts"))
+sys.path.insert(0, str(REPO / "src"))
 
 from kiln_tool.build_env import ensure_build_env  # noqa: E402
 from kiln_tool.matrix_data import local_builds  # noqa: E402
@@ -99,14 +99,14 @@ def main(argv: list[str] | None = None) -> int:
     archs = args.archs
     if cuda and archs is None:
         info = json.loads(subprocess.run([str(python), "-m", "kiln_tool.build_config", "--format", "json"],
-                                         env=clean_env({"PYTHONPATH": str(REPO / "scripts"),
+                                         env=clean_env({"PYTHONPATH": str(REPO / "src"),
                                                         "OPKILN_VARIANT": "cuda"}),
                                          capture_output=True, text=True, check=True).stdout)
         matrix = json.loads((REPO / "data" / "matrix.json").read_text())
         listed = list(matrix["cuda_archs"][info["torch"]["cuda"]]["x86_64"])
         archs = ";".join([*listed[:-1], listed[-1] + "+PTX"])
     std = json.loads(subprocess.run([str(python), "-m", "kiln_tool.build_config", "--format", "json"],
-                                    env=clean_env({"PYTHONPATH": str(REPO / "scripts")}), capture_output=True,
+                                    env=clean_env({"PYTHONPATH": str(REPO / "src")}), capture_output=True,
                                     text=True, check=True).stdout)["torch"]["cxx_standard"]
     # Cold means cold: torch.utils.cpp_extension puts ccache in front of the compiler
     # on its own when it finds one, so the cache is switched off for both paths.

@@ -1,4 +1,4 @@
-"""The --json document follows its schema (scripts/kiln_tool/audit/report.schema.json)."""
+"""The --json document follows its schema (src/kiln_tool/audit/report.schema.json)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from audit_corpus import PY_SUFFIX, REPO, Corpus, make_wheel, run_kiln
 
 from kiln_tool.audit import CHECK_IDS
 
-SCHEMA = json.loads((REPO / "scripts" / "kiln_tool" / "audit" / "report.schema.json").read_text())
+SCHEMA = json.loads((REPO / "src" / "kiln_tool" / "audit" / "report.schema.json").read_text())
 
 
 def test_json_documents_follow_the_schema(corpus: Corpus, tmp_path: Path) -> None:

@@ -203,7 +203,7 @@ def test_kiln_index_needs_no_torch(tmp_path: Path) -> None:
     """Maintainers run `kiln index` where torch is absent (the release job): it must not import it."""
     make_wheel(tmp_path / "dist", metadata=False)
     code = (
-        "import sys; sys.path.insert(0, 'scripts'); "
+        "import sys; sys.path.insert(0, 'src'); "
         "import kiln_tool.cli as cli; "
         f"rc = cli.main(['index', {str(tmp_path / 'dist')!r}, {str(tmp_path / 'site')!r}]); "
         "assert 'torch' not in sys.modules, 'torch was imported'; print('rc', rc)"

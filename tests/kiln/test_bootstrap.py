@@ -26,13 +26,13 @@ BARE = [sys.executable, "-S"]
 
 def test_known_modules_are_what_the_source_imports() -> None:
     # The fast path trusts this list: a new third-party import must be added to it.
-    assert third_party_imports(SCRIPTS, command_modules([])) == set(KNOWN_THIRD_PARTY)
+    assert third_party_imports(REPO / "src", command_modules([])) == set(KNOWN_THIRD_PARTY)
 
 
 def test_matrix_needs_the_standard_library_only() -> None:
     # CI expands the build matrix with a bare setup-python (wheels.yml): no pip install.
-    assert third_party_imports(SCRIPTS, command_modules(["matrix"])) == set()
-    assert {"elftools", "packaging"} <= third_party_imports(SCRIPTS, command_modules(["audit"]))
+    assert third_party_imports(REPO / "src", command_modules(["matrix"])) == set()
+    assert {"elftools", "packaging"} <= third_party_imports(REPO / "src", command_modules(["audit"]))
 
 
 def _write(root: Path, files: dict[str, str]) -> None:
@@ -73,9 +73,10 @@ def test_scan_follows_relative_and_lazy_imports_and_skips_type_checking(tmp_path
 
 @pytest.fixture
 def repo_copy(tmp_path: Path) -> Path:
-    """A tree with scripts/ and data/ of this checkout and no .venv."""
+    """A tree with scripts/, src/ and data/ of this checkout and no .venv."""
     root = tmp_path / "repo"
     shutil.copytree(SCRIPTS, root / "scripts", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(REPO / "src", root / "src", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(REPO / "data", root / "data")
     return root
 

@@ -16,7 +16,7 @@ from trust.kiln_runs import KILN, REPO, kiln
 
 HOLDER = """
 import sys
-sys.path.insert(0, "scripts")
+sys.path.insert(0, "src")
 from pathlib import Path
 from kiln_tool.index.locking import Staging
 staging = Staging.create(Path(sys.argv[1]))

@@ -29,7 +29,7 @@ from trust.kiln_runs import assert_kept_promises, kiln, kiln_subprocess, outside
 
 PROFILE = settings(max_examples=30, derandomize=True, database=None, deadline=None,
                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-SCHEMA = Path(__file__).resolve().parents[2] / "scripts" / "kiln_tool" / "index" / "kiln-index.schema.json"
+SCHEMA = Path(__file__).resolve().parents[2] / "src" / "kiln_tool" / "index" / "kiln-index.schema.json"
 
 HOSTILE = ["..", "../", "/", "\\", "<", ">", "&", '"', "'", "%2F", "\u2028", " ", "+", "!", "#", "?", "\x7f", "é",
            "ſ", "K", "\u0130", "~", "$", "{", "}", ":", ";", "*"]

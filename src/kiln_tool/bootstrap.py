@@ -40,9 +40,9 @@ EXIT_ENVIRONMENT = 2
 MIN_PYTHON = (3, 10)
 
 
-def _module_file(scripts_dir: Path, name: str) -> tuple[Path, bool] | None:
-    """(source file, is a package) of module `name` under scripts_dir, or None."""
-    base = scripts_dir.joinpath(*name.split("."))
+def _module_file(source_dir: Path, name: str) -> tuple[Path, bool] | None:
+    """(source file, is a package) of module `name` under source_dir (src/), or None."""
+    base = source_dir.joinpath(*name.split("."))
     if (base / "__init__.py").is_file():
         return base / "__init__.py", True
     if base.with_suffix(".py").is_file():
@@ -83,7 +83,7 @@ def _imported_names(tree: ast.AST, package: str) -> Iterator[str]:
             yield from (f"{module}.{alias.name}" for alias in node.names)
 
 
-def third_party_imports(scripts_dir: Path, roots: Sequence[str]) -> set[str]:
+def third_party_imports(source_dir: Path, roots: Sequence[str]) -> set[str]:
     """Top-level names of the non-standard-library modules that `roots` (kiln_tool modules)
     import, directly or through other kiln_tool modules."""
     found: set[str] = set()
@@ -94,7 +94,7 @@ def third_party_imports(scripts_dir: Path, roots: Sequence[str]) -> set[str]:
         if name in seen:
             continue
         seen.add(name)
-        located = _module_file(scripts_dir, name)
+        located = _module_file(source_dir, name)
         if located is None:
             continue  # a name imported from a module, not a submodule
         path, is_package = located
@@ -172,7 +172,7 @@ def run_kiln(script: Path, argv: Sequence[str]) -> int:
         wanted = ".".join(map(str, MIN_PYTHON))
         _reexec_or_exit([f"Python >= {wanted} (it is {platform.python_version()})"], script, argv)
     if missing_modules(KNOWN_THIRD_PARTY):
-        missing = missing_modules(sorted(third_party_imports(scripts_dir, command_modules(argv))))
+        missing = missing_modules(sorted(third_party_imports(scripts_dir.parent / "src", command_modules(argv))))
         if missing:
             _reexec_or_exit(missing, script, argv)
     os.environ.pop(REEXEC_MARKER, None)  # kiln's own subprocesses start afresh

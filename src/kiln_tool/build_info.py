@@ -20,7 +20,7 @@ DEFAULT_INDEX_URL = "https://opkiln.github.io/wheels"
 
 # What a wheel is built from; the source hash covers exactly these.
 SOURCE_ROOTS = ("CMakeLists.txt", "VERSION", "pyproject.toml", "cmake", "data", "ops", "python/opkiln",
-                "scripts/kiln_tool")
+                "src/kiln_tool")
 _SKIP_PARTS = {"__pycache__", ".mypy_cache", ".ruff_cache"}
 _SKIP_NAMES = {"_build_info.json"}
 
