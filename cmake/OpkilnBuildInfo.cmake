@@ -23,7 +23,7 @@ function(opkiln_write_build_info target)
   # The op manifest: the ops ops/CMakeLists.txt found (OPKILN_OPS), each one's schemas.
   list(JOIN OPKILN_OPS " " _ops)
   execute_process(
-    COMMAND "${CMAKE_COMMAND}" -E env "PYTHONPATH=${OPKILN_SOURCE_DIR}/scripts"
+    COMMAND "${CMAKE_COMMAND}" -E env "PYTHONPATH=${OPKILN_SOURCE_DIR}/src"
             "${Python_EXECUTABLE}" -m kiln_tool.build_info
             --output "${out}"
             --ops "${_ops}"
@@ -58,7 +58,7 @@ function(opkiln_write_sbom build_info)
     set(nvcc_version "${CMAKE_CUDA_COMPILER_VERSION}")
   endif()
   execute_process(
-    COMMAND "${CMAKE_COMMAND}" -E env "PYTHONPATH=${OPKILN_SOURCE_DIR}/scripts"
+    COMMAND "${CMAKE_COMMAND}" -E env "PYTHONPATH=${OPKILN_SOURCE_DIR}/src"
             "${Python_EXECUTABLE}" -m kiln_tool.sbom
             --build-info "${build_info}"
             --output "${sbom}"

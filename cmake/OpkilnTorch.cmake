@@ -13,7 +13,7 @@ macro(opkiln_configure_from_torch)
     message(FATAL_ERROR "opkiln: Python_EXECUTABLE is not set; build through scikit-build-core (pip wheel / python -m build)")
   endif()
   execute_process(
-    COMMAND "${CMAKE_COMMAND}" -E env "PYTHONPATH=${OPKILN_SOURCE_DIR}/scripts"
+    COMMAND "${CMAKE_COMMAND}" -E env "PYTHONPATH=${OPKILN_SOURCE_DIR}/src"
             "${Python_EXECUTABLE}" -m kiln_tool.build_config --format cmake
     OUTPUT_VARIABLE _opkiln_config
     ERROR_VARIABLE _opkiln_config_err
