@@ -64,7 +64,7 @@ endfunction()
 set(OPKILN_KERNEL_CXX_STANDARD 20)
 
 # opkiln_add_kernel_cores(<target> SOURCES <files...> [ARCH_CHECK_SOURCE <path to arch_check.cu>])
-#   The kernel cores (ops/<op>/*.cpp but binding.cpp, ops/<op>/*.cu, ops/common/*.cu) as one OBJECT
+#   The kernel cores (ops/<op>/*.cpp but binding.cpp, ops/<op>/*.cu, ops/common/*.cpp and *.cu) as one OBJECT
 #   library compiled without torch's or Python's headers, definitions or paths: its compile commands
 #   are the same for every torch and every CPython of one CUDA version, so a compiler cache (ccache)
 #   serves a second wheel's kernel cores from the first's. Same hardening and CUDA options as the

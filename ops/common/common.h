@@ -3,6 +3,7 @@
 // include no torch header, so one kernel serves both ABI modes unchanged.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 struct CUstream_st;  // cudaStream_t is CUstream_st*; declared here to keep CUDA headers out
@@ -16,5 +17,13 @@ using CudaStream = CUstream_st*;
 // CUDA entry points return 0 on success or a cudaError_t value; the binding
 // layer turns a non-zero value into a torch error with cudaGetErrorString.
 using CudaStatus = int;
+
+constexpr bool is_16bit(ScalarKind kind) { return kind == ScalarKind::Float16 || kind == ScalarKind::BFloat16; }
+
+// Device bytes of the float32 workspace a scatter-add backward over numel elements of grad_input
+// needs (common/cuda_scatter.cuh): numel floats for float16/bfloat16, none for float32/float64.
+constexpr std::size_t scatter_workspace_bytes(ScalarKind kind, std::int64_t numel) {
+  return is_16bit(kind) ? static_cast<std::size_t>(numel) * sizeof(float) : 0;
+}
 
 }  // namespace opkiln::kernels

@@ -55,4 +55,21 @@ inline int sm_count() {
 
 inline CudaStatus last_launch_status() { return static_cast<CudaStatus>(cudaGetLastError()); }
 
+// Launch shape of the one-thread-per-item kernels: kThreads a block, at most 16 blocks an SM
+// (a grid-stride loop covers the rest).
+constexpr int kThreads = 256;
+
+inline unsigned grid_for(std::int64_t n) {
+  const std::int64_t max_blocks = static_cast<std::int64_t>(sm_count()) * 16;
+  return static_cast<unsigned>(
+      std::max<std::int64_t>(1, std::min<std::int64_t>((n + kThreads - 1) / kThreads, max_blocks)));
+}
+
+// f(i) for every i in [0, n) that this thread owns: a grid-stride loop over 64-bit indices.
+template <typename F>
+__device__ __forceinline__ void grid_stride(std::int64_t n, F&& f) {
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) f(i);
+}
+
 }  // namespace opkiln::kernels::cuda

@@ -16,6 +16,9 @@
 //                  empty_contiguous_like(t), narrowed_copy(t, dim, start, length)
 //                  (names chosen so that ADL never finds an ATen function of the same name)
 //                  value_at(t, row, col): one element of a 2-D tensor as a host double
+//                  Workspace(bytes, like): a kernel's scratch bytes on like's device (data()
+//                  is nullptr for 0 bytes), alive as long as the object
+//   RoI ops        facade/rois.h: the rois' checks and the batch-index error (common/roi.h)
 //   checks         OPKILN_CHECK / _VALUE / _INDEX (cond, message pieces...): RuntimeError /
 //                  ValueError / IndexError, the same type and message in both builds (the
 //                  stable build throws std::runtime_error / std::invalid_argument /
@@ -137,6 +140,19 @@ inline void check_device(const Tensor& t, DeviceType expected, std::string_view 
   OPKILN_CHECK(t.device().type() == expected, "opkiln::", op, ": ", arg, " must be a ",
                expected == DeviceType::CUDA ? "CUDA" : "CPU", " tensor for this kernel, got ", device_name(t));
 }
+
+// Scratch memory for a kernel (a CUDA workspace, a batch-index check's result), on like's device.
+class Workspace {
+ public:
+  Workspace(std::size_t bytes, const Tensor& like)
+      : bytes_(bytes), buffer_(empty({static_cast<std::int64_t>(bytes)}, ScalarType::Byte, like)) {}
+  void* data() { return bytes_ > 0 ? buffer_.mutable_data_ptr() : nullptr; }
+  std::size_t bytes() const { return bytes_; }
+
+ private:
+  std::size_t bytes_;
+  Tensor buffer_;
+};
 
 #if OPKILN_WITH_CUDA
 inline void check_cuda(CudaStatus status, std::string_view op) {

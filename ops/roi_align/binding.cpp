@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "facade/facade.h"
+#include "facade/rois.h"
 #include "roi_align/roi_align.h"
 
 namespace opkiln::roi_align_binding {
@@ -12,21 +13,6 @@ using namespace facade;
 
 constexpr std::string_view kOp = "roi_align";
 constexpr std::string_view kBwd = "_roi_align_backward";
-
-// Checks shared by the forward and the backward: the rois and the pooling
-// parameters; `features` is the input (forward) or the output gradient (backward).
-void check_common(const Tensor& features, const Tensor& rois, std::int64_t pooled_height, std::int64_t pooled_width,
-                  DeviceType device, std::string_view op, std::string_view name) {
-  check_same_device(features, rois, op, name, "rois");
-  check_device(features, device, op, name);
-  OPKILN_CHECK(rois.dim() == 2 && rois.size(1) == 5, "opkiln::", op,
-               ": rois must have shape [K, 5] (batch index, x1, y1, x2, y2), got ", sizes(rois));
-  check_same_dtype(features, rois, op, name, "rois");
-  float_kind(features, op, name);
-  // 0 is an empty output, as in torchvision; a negative size is an error of its own.
-  OPKILN_CHECK_VALUE(pooled_height >= 0 && pooled_width >= 0, "opkiln::", op,
-                     ": pooled_height and pooled_width must be >= 0, got ", pooled_height, " and ", pooled_width);
-}
 
 kernels::RoiAlignGeometry geometry(std::int64_t batch, std::int64_t channels, std::int64_t height, std::int64_t width,
                                    std::int64_t num_rois, double spatial_scale, std::int64_t pooled_height,
@@ -45,18 +31,11 @@ kernels::RoiAlignGeometry geometry(std::int64_t batch, std::int64_t channels, st
   return g;
 }
 
-// A ValueError naming the first roi whose batch index is not in [0, batch), if any.
-void check_batch_index(const Tensor& rois, std::int64_t first_bad, std::int64_t batch, std::string_view op) {
-  if (first_bad < 0) return;
-  fail(Error::Value, "opkiln::", op, ": rois[", first_bad, ", 0] = ", value_at(rois, first_bad, 0),
-       " is a batch index out of range [0, ", batch, ")");
-}
-
 // The forward's checks; returns the geometry of the (contiguous) input and rois.
 kernels::RoiAlignGeometry check_forward(const Tensor& input, const Tensor& rois, double spatial_scale,
                                         std::int64_t pooled_height, std::int64_t pooled_width,
                                         std::int64_t sampling_ratio, bool aligned, DeviceType device) {
-  check_common(input, rois, pooled_height, pooled_width, device, kOp, "input");
+  check_rois(input, rois, pooled_height, pooled_width, device, kOp, "input");
   OPKILN_CHECK(input.dim() == 4, "opkiln::roi_align: input must have shape [N, C, H, W], got ", sizes(input));
   return geometry(input.size(0), input.size(1), input.size(2), input.size(3), rois.size(0), spatial_scale,
                   pooled_height, pooled_width, sampling_ratio, aligned);
@@ -68,7 +47,7 @@ kernels::RoiAlignGeometry check_backward(const Tensor& grad, const Tensor& rois,
                                          std::int64_t sampling_ratio, bool aligned, std::int64_t batch,
                                          std::int64_t channels, std::int64_t height, std::int64_t width,
                                          DeviceType device) {
-  check_common(grad, rois, pooled_height, pooled_width, device, kBwd, "grad");
+  check_rois(grad, rois, pooled_height, pooled_width, device, kBwd, "grad");
   const Sizes expected{{rois.size(0), channels, pooled_height, pooled_width}};
   OPKILN_CHECK(sizes(grad) == expected, "opkiln::", kBwd, ": grad must have shape [K, C, pooled_height, pooled_width] = ",
                expected, ", got ", sizes(grad));
@@ -89,8 +68,7 @@ Tensor forward_cpu(const Tensor& input, const Tensor& rois, double spatial_scale
   const Tensor xc = as_contiguous(input);
   const Tensor rc = as_contiguous(rois);
   const ScalarKind kind = float_kind(input, kOp, "input");
-  check_batch_index(rc, kernels::roi_align_first_bad_roi_cpu(kind, rc.const_data_ptr(), g.rois, g.batch), g.batch,
-                    kOp);
+  check_batch_index(rc, g.batch, kOp);
   Tensor out = empty({g.rois, g.channels, pooled_height, pooled_width}, input.scalar_type(), input);
   if (out.numel() == 0) return out;
   const void* px = xc.const_data_ptr();
@@ -111,8 +89,7 @@ Tensor backward_cpu(const Tensor& grad, const Tensor& rois, double spatial_scale
   const Tensor gc = as_contiguous(grad);
   const Tensor rc = as_contiguous(rois);
   const ScalarKind kind = float_kind(grad, kBwd, "grad");
-  check_batch_index(rc, kernels::roi_align_first_bad_roi_cpu(kind, rc.const_data_ptr(), g.rois, g.batch), g.batch,
-                    kBwd);
+  check_batch_index(rc, g.batch, kBwd);
   if (grad.numel() == 0) return zeros({batch, channels, height, width}, grad.scalar_type(), grad);
   Tensor grad_input = empty({batch, channels, height, width}, grad.scalar_type(), grad);
   const void* pg = gc.const_data_ptr();
@@ -125,15 +102,6 @@ Tensor backward_cpu(const Tensor& grad, const Tensor& rois, double spatial_scale
 }
 
 #if OPKILN_WITH_CUDA
-void check_batch_index_cuda(const Tensor& rois, ScalarKind kind, std::int64_t batch, std::string_view op) {
-  Tensor workspace = empty({static_cast<std::int64_t>(kernels::kRoiAlignCheckWorkspaceBytes)}, ScalarType::Byte, rois);
-  std::int64_t first_bad = -1;
-  check_cuda(kernels::roi_align_first_bad_roi_cuda(kind, rois.const_data_ptr(), rois.size(0), batch,
-                                                   workspace.mutable_data_ptr(), &first_bad, cuda_stream(rois)),
-             op);
-  check_batch_index(rois, first_bad, batch, op);
-}
-
 Tensor forward_cuda(const Tensor& input, const Tensor& rois, double spatial_scale, std::int64_t pooled_height,
                     std::int64_t pooled_width, std::int64_t sampling_ratio, bool aligned) {
   const auto g = check_forward(input, rois, spatial_scale, pooled_height, pooled_width, sampling_ratio, aligned,
@@ -142,7 +110,7 @@ Tensor forward_cuda(const Tensor& input, const Tensor& rois, double spatial_scal
   const Tensor xc = as_contiguous(input);
   const Tensor rc = as_contiguous(rois);
   const ScalarKind kind = float_kind(input, kOp, "input");
-  check_batch_index_cuda(rc, kind, g.batch, kOp);
+  check_batch_index(rc, g.batch, kOp);
   Tensor out = empty({g.rois, g.channels, pooled_height, pooled_width}, input.scalar_type(), input);
   if (out.numel() == 0) return out;
   check_cuda(kernels::roi_align_forward_cuda(kind, g, xc.const_data_ptr(), rc.const_data_ptr(), out.mutable_data_ptr(),
@@ -160,15 +128,13 @@ Tensor backward_cuda(const Tensor& grad, const Tensor& rois, double spatial_scal
   const Tensor gc = as_contiguous(grad);
   const Tensor rc = as_contiguous(rois);
   const ScalarKind kind = float_kind(grad, kBwd, "grad");
-  check_batch_index_cuda(rc, kind, g.batch, kBwd);
+  check_batch_index(rc, g.batch, kBwd);
   if (grad.numel() == 0) return zeros({batch, channels, height, width}, grad.scalar_type(), grad);
   Tensor grad_input = empty({batch, channels, height, width}, grad.scalar_type(), grad);
   if (grad_input.numel() == 0) return grad_input;
-  const std::size_t bytes = kernels::roi_align_backward_cuda_workspace_bytes(kind, g);
-  Tensor workspace = empty({static_cast<std::int64_t>(bytes)}, ScalarType::Byte, grad);
+  Workspace workspace(kernels::scatter_workspace_bytes(kind, grad_input.numel()), grad);
   check_cuda(kernels::roi_align_backward_cuda(kind, g, gc.const_data_ptr(), rc.const_data_ptr(),
-                                              grad_input.mutable_data_ptr(),
-                                              bytes > 0 ? workspace.mutable_data_ptr() : nullptr, bytes,
+                                              grad_input.mutable_data_ptr(), workspace.data(), workspace.bytes(),
                                               cuda_stream(grad)),
              kBwd);
   return grad_input;

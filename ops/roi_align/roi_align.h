@@ -19,11 +19,8 @@
 // contiguous [K, 5] rois, contiguous [K, C, PH, PW] output/grad_output (the binding makes
 // them contiguous).
 //
-// Batch index contract. torchvision truncates rois[k, 0] to an integer; a roi is valid when
-// that integer is in [0, N), i.e. when -1 < rois[k, 0] < N (NaN is invalid). The kernels
-// never read out of bounds: a roi with an invalid index gets a zero output and gives no
-// gradient. The binding must reject such rois with a clear error BEFORE running a kernel
-// (forward and backward), using roi_align_first_bad_roi_cpu / roi_align_first_bad_roi_cuda.
+// Batch index contract: common/roi.h (an invalid roi gets a zero output and gives no gradient;
+// the binding rejects it first, forward and backward, with facade/rois.h's check_batch_index).
 //
 // Errors the binding raises (tests/ops/test_roi_align.py matches these substrings; the error
 // type in the per-torch build in brackets, RuntimeError for all in the stable ABI):
@@ -41,6 +38,7 @@
 #include <cstdint>
 
 #include "common/common.h"
+#include "common/roi.h"
 
 namespace opkiln::kernels {
 
@@ -57,10 +55,6 @@ struct RoiAlignGeometry {
   bool aligned = false;
 };
 
-// Index of the first roi whose batch index is out of range (see above), or -1 if none.
-std::int64_t roi_align_first_bad_roi_cpu(ScalarKind kind, const void* rois, std::int64_t num_rois,
-                                         std::int64_t batch);
-
 // Output planes [begin, end) of the K * C planes (k * C + c); each plane is PH * PW values.
 // Ranges may split a roi's channels anywhere; disjoint ranges run in parallel safely.
 void roi_align_forward_cpu(ScalarKind kind, const RoiAlignGeometry& g, const void* input, const void* rois,
@@ -74,27 +68,15 @@ void roi_align_forward_cpu(ScalarKind kind, const RoiAlignGeometry& g, const voi
 void roi_align_backward_cpu(ScalarKind kind, const RoiAlignGeometry& g, const void* grad_output, const void* rois,
                             void* grad_input, std::int64_t begin, std::int64_t end);
 
-// Device bytes roi_align_first_bad_roi_cuda needs as its workspace.
-constexpr std::size_t kRoiAlignCheckWorkspaceBytes = 8;
-
-// Writes the index of the first roi with a bad batch index, or -1, to *first_bad (host
-// memory). Synchronises the stream once (the answer decides whether to raise).
-CudaStatus roi_align_first_bad_roi_cuda(ScalarKind kind, const void* rois, std::int64_t num_rois,
-                                        std::int64_t batch, void* workspace, std::int64_t* first_bad,
-                                        CudaStream stream);
-
 // One thread per output element; no host synchronisation.
 CudaStatus roi_align_forward_cuda(ScalarKind kind, const RoiAlignGeometry& g, const void* input, const void* rois,
                                   void* output, CudaStream stream);
 
-// The backward scatters with atomicAdd: natively into grad_input for float32/float64
-// (workspace unused, 0 bytes); for float16/bfloat16 into a float32 workspace of
-// N * C * H * W floats that is then rounded into grad_input once (native half atomics would
-// round at every add). The kernel zeroes grad_input / the workspace itself, on the stream.
+// The backward scatters with atomicAdd through common/cuda_scatter.cuh: its workspace is
+// scatter_workspace_bytes(kind, N * C * H * W) (common/common.h; float32 for float16/bfloat16,
+// none otherwise). The kernel zeroes grad_input / the workspace itself, on the stream.
 // float64 atomics make the summation order vary run to run at the 1e-16 level (fine for
 // gradcheck); float32 results may differ in the last bits between runs.
-std::size_t roi_align_backward_cuda_workspace_bytes(ScalarKind kind, const RoiAlignGeometry& g);
-
 CudaStatus roi_align_backward_cuda(ScalarKind kind, const RoiAlignGeometry& g, const void* grad_output,
                                    const void* rois, void* grad_input, void* workspace, std::size_t workspace_bytes,
                                    CudaStream stream);

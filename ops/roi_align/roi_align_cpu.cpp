@@ -9,13 +9,14 @@
 #include <type_traits>
 #include <vector>
 
+#include "common/cpu_planes.h"
 #include "common/half_float.h"
-#include "roi_align/roi_align_sampling.h"
+#include "common/roi_sampling.h"
 
 namespace opkiln::kernels {
 namespace roi_align_cpu {
 
-using namespace roi_align_sampling;
+using namespace roi_sampling;
 
 template <typename T, typename Acc>
 Roi<Acc> load_roi(const T* r, const RoiAlignGeometry& g) {
@@ -41,23 +42,8 @@ void for_each_sample(const Roi<Acc>& roi, const RoiAlignGeometry& g, F&& f) {
   }
 }
 
-// Channels per backward chunk for float16/bfloat16 (float32 scratch of chunk * H * W).
-constexpr std::int64_t kScratchFloats = std::int64_t{1} << 20;
-
 }  // namespace roi_align_cpu
 using namespace roi_align_cpu;
-
-std::int64_t roi_align_first_bad_roi_cpu(ScalarKind kind, const void* rois, std::int64_t num_rois,
-                                         std::int64_t batch) {
-  return cpu::dispatch_float_kinds(static_cast<int>(kind), [&]<typename T>() -> std::int64_t {
-    using C = cpu::Convert<T>;
-    const T* r = static_cast<const T*>(rois);
-    for (std::int64_t k = 0; k < num_rois; ++k) {
-      if (!batch_index_valid(C::load(r[k * 5]), batch)) return k;
-    }
-    return -1;
-  });
-}
 
 void roi_align_forward_cpu(ScalarKind kind, const RoiAlignGeometry& g, const void* input, const void* rois,
                            void* output, std::int64_t begin, std::int64_t end) {
@@ -71,15 +57,13 @@ void roi_align_forward_cpu(ScalarKind kind, const RoiAlignGeometry& g, const voi
     const std::int64_t plane_in = g.height * g.width;
     const std::int64_t bins = g.pooled_height * g.pooled_width;
     std::vector<Acc> acc;
-    for (std::int64_t k = begin / g.channels; k * g.channels < end; ++k) {
-      const std::int64_t c_begin = std::max(begin, k * g.channels) - k * g.channels;
-      const std::int64_t c_end = std::min(end, (k + 1) * g.channels) - k * g.channels;
+    cpu::for_each_row_span(begin, end, g.channels, [&](std::int64_t k, std::int64_t c_begin, std::int64_t c_end) {
       const std::int64_t nc = c_end - c_begin;
       T* out_k = out + (k * g.channels + c_begin) * bins;
-      const Roi<Acc> roi = load_roi<T, Acc>(r + k * 5, g);
+      const Roi<Acc> roi = load_roi<T, Acc>(r + k * kRoiColumns, g);
       if (!roi.valid) {
         std::fill(out_k, out_k + nc * bins, C::store(Acc(0)));
-        continue;
+        return;
       }
       const T* in_k = in + (roi.batch * g.channels + c_begin) * plane_in;
       acc.assign(static_cast<std::size_t>(nc * bins), Acc(0));
@@ -92,7 +76,7 @@ void roi_align_forward_cpu(ScalarKind kind, const RoiAlignGeometry& g, const voi
         }
       });
       for (std::int64_t i = 0; i < nc * bins; ++i) out_k[i] = C::store(acc[i] / roi.count);
-    }
+    });
   });
 }
 
@@ -102,41 +86,26 @@ void roi_align_backward_cpu(ScalarKind kind, const RoiAlignGeometry& g, const vo
   cpu::dispatch_float_kinds(static_cast<int>(kind), [&]<typename T>() {
     using C = cpu::Convert<T>;
     using Acc = decltype(C::load(T{}));
-    // float32/float64 add straight into grad_input; float16/bfloat16 into float32 scratch.
-    constexpr bool kDirect = std::is_same_v<T, Acc>;
     const T* go = static_cast<const T*>(grad_output);
     const T* r = static_cast<const T*>(rois);
     T* gi = static_cast<T*>(grad_input);
     const std::int64_t plane_in = g.height * g.width;
     const std::int64_t bins = g.pooled_height * g.pooled_width;
-    const std::int64_t chunk =
-        kDirect ? g.channels : std::max<std::int64_t>(1, kScratchFloats / std::max<std::int64_t>(plane_in, 1));
-    std::vector<Acc> scratch;
+    std::vector<float> scratch;
     std::vector<Roi<Acc>> batch_rois;
     std::vector<std::int64_t> batch_roi_ids;
-    for (std::int64_t b = begin / g.channels; b * g.channels < end; ++b) {
-      const std::int64_t b_c_begin = std::max(begin, b * g.channels) - b * g.channels;
-      const std::int64_t b_c_end = std::min(end, (b + 1) * g.channels) - b * g.channels;
+    cpu::for_each_row_span(begin, end, g.channels, [&](std::int64_t b, std::int64_t b_c_begin, std::int64_t b_c_end) {
       batch_rois.clear();
       batch_roi_ids.clear();
       for (std::int64_t k = 0; k < g.rois; ++k) {
-        const Roi<Acc> roi = load_roi<T, Acc>(r + k * 5, g);
+        const Roi<Acc> roi = load_roi<T, Acc>(r + k * kRoiColumns, g);
         if (roi.valid && roi.batch == b) {
           batch_rois.push_back(roi);
           batch_roi_ids.push_back(k);
         }
       }
-      for (std::int64_t c_begin = b_c_begin; c_begin < b_c_end; c_begin += chunk) {
-        const std::int64_t nc = std::min(chunk, b_c_end - c_begin);
-        T* gi_c = gi + (b * g.channels + c_begin) * plane_in;
-        Acc* target = nullptr;
-        if constexpr (kDirect) {
-          target = gi_c;
-          std::fill(gi_c, gi_c + nc * plane_in, Acc(0));
-        } else {
-          scratch.assign(static_cast<std::size_t>(nc * plane_in), Acc(0));
-          target = scratch.data();
-        }
+      cpu::overwrite_planes(gi + b * g.channels * plane_in, b_c_begin, b_c_end, plane_in, scratch,
+                            [&](std::int64_t c_begin, std::int64_t nc, Acc* target) {
         for (std::size_t i = 0; i < batch_rois.size(); ++i) {
           const Roi<Acc>& roi = batch_rois[i];
           const T* go_k = go + (batch_roi_ids[i] * g.channels + c_begin) * bins;
@@ -152,11 +121,8 @@ void roi_align_backward_cpu(ScalarKind kind, const RoiAlignGeometry& g, const vo
             }
           });
         }
-        if constexpr (!kDirect) {
-          for (std::int64_t i = 0; i < nc * plane_in; ++i) gi_c[i] = C::store(scratch[i]);
-        }
-      }
-    }
+      });
+    });
   });
 }
 

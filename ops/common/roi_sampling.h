@@ -1,15 +1,16 @@
-// The sampling geometry of RoIAlign (torchvision's rules), shared by the CPU and CUDA
-// cores so that both place every sample and weigh every bilinear tap identically:
-// where a roi's sample grid lies, how many samples a bin takes, and the four taps of a
-// sample. Plain C++; host/device qualified under nvcc.
+// The bilinear sampling geometry of RoIAlign-like ops (torchvision's rules: roi_align, and
+// ps_roi_align's would be the same), shared by CPU and CUDA cores so that both place every sample
+// and weigh every bilinear tap identically: where a roi's sample grid lies, how many samples a
+// bin takes, and the four taps of a sample. Plain C++; host/device qualified under nvcc.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
 
 #include "common/host_device.h"
+#include "common/roi.h"
 
-namespace opkiln::kernels::roi_align_sampling {
+namespace opkiln::kernels::roi_sampling {
 
 // A roi in sampling terms: where its grid starts, the bin and sample steps, the grid
 // size; valid = false: its batch index is out of range (or NaN), it reads nothing.
@@ -21,12 +22,6 @@ struct Roi {
   std::int64_t grid_h = 0, grid_w = 0;
   Acc count = 1;
 };
-
-// trunc(v) in [0, batch), as torchvision's int cast of the batch index; false for NaN.
-template <typename Acc>
-OPKILN_HD bool batch_index_valid(Acc v, std::int64_t batch) {
-  return v > Acc(-1) && v < static_cast<Acc>(batch);
-}
 
 // Samples per axis when sampling_ratio <= 0: ceil(bin). 0 (output 0) for a negative size
 // (aligned rois with x2 < x1), and for a NaN, infinite or absurd (over 2^31 samples) one,
@@ -42,7 +37,7 @@ template <typename Acc>
 OPKILN_HD Acc at_least(Acc v, Acc floor) { return v < floor ? floor : v; }
 
 // g: any geometry with batch, height, width, pooled_height, pooled_width,
-// sampling_ratio and aligned (RoiAlignGeometry on the CPU, the kernels' copy on CUDA).
+// sampling_ratio and aligned (an op's geometry struct on the CPU, its kernels' copy on CUDA).
 // b, x1, y1, x2, y2: the roi's five values, already converted to Acc.
 template <typename Acc, typename Geometry>
 OPKILN_HD Roi<Acc> make_roi(Acc b, Acc x1, Acc y1, Acc x2, Acc y2, Acc scale, const Geometry& g) {
@@ -129,4 +124,4 @@ OPKILN_HD Sample<Acc> bilinear(std::int64_t height, std::int64_t width, Acc y, A
   return s;
 }
 
-}  // namespace opkiln::kernels::roi_align_sampling
+}  // namespace opkiln::kernels::roi_sampling
