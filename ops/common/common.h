@@ -18,6 +18,11 @@ using CudaStream = CUstream_st*;
 // layer turns a non-zero value into a torch error with cudaGetErrorString.
 using CudaStatus = int;
 
+// What a scaffolded kernel (`kiln new-op`) writes until its body is written: finite, so that
+// opcheck's eager-versus-compiled comparison passes (NaN never equals itself), and far from any
+// value a test's reference gives, so that every value test fails.
+constexpr float kNotWritten = -7777.0f;
+
 constexpr bool is_16bit(ScalarKind kind) { return kind == ScalarKind::Float16 || kind == ScalarKind::BFloat16; }
 
 // Device bytes of the float32 workspace a scatter-add backward over numel elements of grad_input

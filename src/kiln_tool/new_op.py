@@ -8,7 +8,7 @@ What it writes is what docs/adding-an-op.md walks through:
                                                    written), and NAME in __all__
   tests/ops/test_NAME.py                         reference, opcheck and bad-input tests
 No registry line: the build finds an op by its ops/NAME/binding.cpp. The skeleton builds; its
-kernels write NaN, so its test fails until the kernel (and the reference) are written.
+kernels write kNotWritten (common/common.h), so its value tests fail until the kernels (and the reference) are written.
 
 A bad NAME, or one that is taken, is refused before anything is written; the files are written
 all or none.
@@ -22,6 +22,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 from string import Template
+
+from .op_schema import CXX_TYPES, PY_TYPES, Arg, Schema, SchemaError
+from .op_schema import parse as parse_schema
 
 TEMPLATES = Path(__file__).resolve().parent / "templates" / "new_op"
 
@@ -101,8 +104,225 @@ def validate_name(name: str, root: Path) -> None:
         raise NewOpError(f"python/opkiln/ops.py already defines {name!r}")
 
 
-def _render(template: str, name: str) -> str:
-    return Template((TEMPLATES / template).read_text()).substitute(op=name)
+WIDTH = 120
+
+
+def _render(template: str, **values: str) -> str:
+    return Template((TEMPLATES / template).read_text()).substitute(values)
+
+
+def _break_at(line: str, width: int, inside: int | None) -> tuple[int, int] | None:
+    """Where to break a too-long line: after the last ", " that fits, at the outermost bracket
+    level that has one, and the column the rest continues at (after that bracket); None when
+    there is none. `inside`: the column of a bracket opened on an earlier line."""
+    opens: list[int] = [] if inside is None else [inside]
+    quote = ""
+    best: tuple[int, int, int] | None = None  # (depth, cut, indent)
+    for i, c in enumerate(line):
+        if quote:
+            if c == quote and line[i - 1] != "\\":
+                quote = ""
+        elif c in "\"'":
+            quote = c
+        elif c in "([{":
+            opens.append(i)
+        elif c in ")]}" and opens:
+            opens.pop()
+        elif c == "," and opens and line[i + 1:i + 2] == " " and i + 1 < width and \
+                (best is None or len(opens) <= best[0]):
+            best = (len(opens), i + 1, opens[-1] + 1)
+    return None if best is None else (best[1], best[2])
+
+
+def _wrap(text: str, width: int = WIDTH) -> str:
+    """Lines of generated code broken inside their brackets to fit `width` (C++ and Python alike)."""
+    out: list[str] = []
+    for line in text.splitlines():
+        inside: int | None = None
+        comment = line.lstrip().startswith(("//", "#"))
+        while not comment and len(line) > width and (at := _break_at(line, width, inside)) is not None:
+            cut, indent = at
+            out.append(line[:cut].rstrip())
+            line = " " * indent + line[cut:].lstrip()
+            inside = indent - 1
+        out.append(line)
+    return "\n".join(out) + ("\n" if text.endswith("\n") else "")
+
+
+def _cxx_string(text: str, indent: str, width: int = WIDTH) -> str:
+    """A C++ string literal of `text`, as adjacent literals that fit `width` after `indent`."""
+    room = width - len(indent) - 8
+    parts = [text[i:i + room] for i in range(0, len(text), room)]
+    return f"\n{indent}".join(f'"{part}"' for part in parts)
+
+
+def _lines(items: list[str], indent: str) -> str:
+    return "\n".join(indent + item for item in items)
+
+
+def _fragments(s: Schema, backward: bool) -> dict[str, str]:
+    """The pieces of generated code that depend on the schema (argument lists, calls, outputs)."""
+    op = s.name
+    first = s.tensors[0].name
+    outs = list(s.returns)
+    cxx_params = [f"const void* {a.name}" if a.is_tensor else f"{CXX_TYPES[a.type]} {a.name}" for a in s.args]
+    forward_params = ", ".join(cxx_params + [f"void* {o}" for o in outs])
+    unused = [f"  static_cast<void>({a.name});" for a in s.args]
+    tuple_type = f"std::tuple<{', '.join('Tensor' for _ in outs)}>"
+    members = [f"Tensor {a.name};" for a in s.tensors] + [f"Tensor {o};" for o in outs]
+    prepare = [f"as_contiguous({a.name})" for a in s.tensors] + [f"empty_contiguous_like({first})" for _ in outs]
+    kernel_args = [f"f.{a.name}.const_data_ptr()" if a.is_tensor else a.name for a in s.args] + \
+        [f"f.{o}.mutable_data_ptr()" for o in outs]
+    check = [f"ScalarKind check({', '.join(f'const Tensor& {a.name}' for a in s.tensors)}, DeviceType device, "
+             f"std::string_view op) {{",
+             f'  check_device({first}, device, op, "{first}");',
+             f'  const ScalarKind kind = float_kind({first}, op, "{first}");']
+    for a in s.tensors[1:]:
+        check += [f'  check_same_device({first}, {a.name}, op, "{first}", "{a.name}");',
+                  f'  check_same_dtype({first}, {a.name}, op, "{first}", "{a.name}");']
+    check += ["  return kind;", "}"]
+    py_params = ", ".join(f"{a.name}: {PY_TYPES[a.type]}" for a in s.args)
+    py_return = "Tensor" if len(outs) == 1 else f"tuple[{', '.join('Tensor' for _ in outs)}]"
+    py_call = ", ".join(a.name if a.is_tensor else f"{a.type}({a.name})" for a in s.args)
+    like = f"{first}.new_empty({first}.shape)"
+    samples = {"float": "0.5", "int": "2", "bool": "False"}
+    sample_values = [f"torch.randn({'first' if a is s.tensors[0] else '2'}, 3, 4, generator=g, "
+                     f"dtype=torch.float64).to(device=device, dtype=dtype)" if a.is_tensor else samples[a.type]
+                     for a in s.args]
+    values = {
+        "op": op, "schema": s.text, "first_arg": first, "first_out": outs[0],
+        "forward_params": forward_params, "forward_unused": "\n".join(unused),
+        "forward_cpu_body": _lines([f"{op}_cpu_core::not_written<T>({o}, begin, end);" for o in outs], "    "),
+        "forward_cuda_body": _lines([f"{op}_cu::not_written<T><<<cuda::grid_for(n), cuda::kThreads, 0, stream>>>("
+                                     f"static_cast<T*>({o}), n);" for o in outs], "    "),
+        "forward_check": "\n".join(check),
+        "forward_members": _lines(members, "  "),
+        "forward_prepare": ", ".join(prepare),
+        "forward_cxx_args": ", ".join(f"{CXX_TYPES[a.type]} {a.name}" for a in s.args),
+        "forward_names": ", ".join(a.name for a in s.args),
+        "forward_check_names": ", ".join(a.name for a in s.tensors),
+        "forward_kernel_args": ", ".join(kernel_args),
+        "forward_return": "Tensor" if len(outs) == 1 else tuple_type,
+        "forward_result": f"f.{outs[0]}" if len(outs) == 1 else "{" + ", ".join(f"f.{o}" for o in outs) + "}",
+        "schemas": f"  m.def({_cxx_string(s.text, '        ')});",
+        "cpu_impls": f'  m.impl("{op}", OPKILN_KERNEL({op}_cpu));',
+        "cuda_impls": f'  m.impl("{op}", OPKILN_KERNEL({op}_cuda));',
+        "backward_decls": "", "backward_cpu": "", "backward_cuda": "", "backward_binding": "",
+        "py_params": py_params, "py_return": py_return, "py_call": py_call,
+        "fake_result": like if len(outs) == 1 else ", ".join(like for _ in outs),
+        "install_sample": ", ".join("torch.ones(2, 3, 4)" if a.is_tensor else samples[a.type] for a in s.args),
+        "sample_values": ", ".join(sample_values) + ("," if len(sample_values) == 1 else ""),
+        "ref_params": py_params, "ref_return": py_return,
+        "ref_result": "result" if len(outs) == 1 else ", ".join(["result"] + ["result.clone()"] * (len(outs) - 1)),
+        "backward_tests": "",
+    }
+    values["autograd"] = _render("autograd_none.py.tmpl", op=op)
+    if backward:
+        values.update(_backward_fragments(s, values))
+    return values
+
+
+def _backward_fragments(s: Schema, forward: dict[str, str]) -> dict[str, str]:
+    """The backward op _NAME_backward(grads of the outputs, the forward's arguments, its outputs)
+    -> the gradient of the first tensor argument."""
+    op, first, outs = s.name, s.tensors[0].name, list(s.returns)
+    grads = [f"grad_{o}" for o in outs]
+    bwd_args = [Arg("Tensor", g) for g in grads] + list(s.args) + [Arg("Tensor", o) for o in outs]
+    bwd_schema = f"_{op}_backward({', '.join(f'{a.type} {a.name}' for a in bwd_args)}) -> Tensor"
+    cxx_params = ", ".join([f"const void* {a.name}" if a.is_tensor else f"{CXX_TYPES[a.type]} {a.name}"
+                            for a in bwd_args] + [f"void* grad_{first}"])
+    tensors = [a for a in bwd_args if a.is_tensor]
+    kernel_args = ", ".join([f"{a.name}_c.const_data_ptr()" if a.is_tensor else a.name for a in bwd_args] +
+                            [f"grad_{first}.mutable_data_ptr()"])
+    decls = f"""
+// The backward: grad_{first} (the gradient of {first}) over work items [begin, end) (the
+// skeleton's: its elements), from the gradients of the outputs, the forward's arguments and outputs.
+void {op}_backward_cpu(ScalarKind kind, {cxx_params}, std::int64_t begin, std::int64_t end);
+
+// All n work items, on `stream`; 0 or a cudaError_t value.
+CudaStatus {op}_backward_cuda(ScalarKind kind, {cxx_params}, std::int64_t n, CudaStream stream);
+"""
+    unused = "\n".join(f"  static_cast<void>({a.name});" for a in bwd_args)
+    cpu = f"""
+void {op}_backward_cpu(ScalarKind kind, {cxx_params}, std::int64_t begin, std::int64_t end) {{
+{unused}
+  cpu::dispatch_float_kinds(static_cast<int>(kind), [&]<typename T>() {{
+    {op}_cpu_core::not_written<T>(grad_{first}, begin, end);
+  }});
+}}
+"""
+    cuda = f"""
+CudaStatus {op}_backward_cuda(ScalarKind kind, {cxx_params}, std::int64_t n, CudaStream stream) {{
+{unused}
+  if (n == 0) return 0;
+  return cuda::dispatch_float_kinds(kind, [&]<typename T>() -> CudaStatus {{
+    {op}_cu::not_written<T><<<cuda::grid_for(n), cuda::kThreads, 0, stream>>>(static_cast<T*>(grad_{first}), n);
+    return cuda::last_launch_status();
+  }});
+}}
+"""
+    cxx_args = ", ".join(f"{CXX_TYPES[a.type]} {a.name}" for a in bwd_args)
+    same_device = "\n".join(f'  check_same_device({grads[0]}, {a.name}, kBwd, "{grads[0]}", "{a.name}");'
+                            for a in tensors[1:])
+    contiguous = "\n".join(f"  const Tensor {a.name}_c = as_contiguous({a.name});" for a in tensors)
+    binding = f"""
+constexpr std::string_view kBwd = "_{op}_backward";
+
+// The backward's checks (TODO({op}): shapes), its contiguous inputs and the gradient of {first}.
+Tensor backward(ScalarKind* kind, {cxx_args}, DeviceType device) {{
+  check_device({grads[0]}, device, kBwd, "{grads[0]}");
+{same_device}
+  *kind = float_kind({grads[0]}, kBwd, "{grads[0]}");
+  return empty_contiguous_like({first});
+}}
+
+Tensor {op}_backward_cpu({cxx_args}) {{
+  ScalarKind kind{{}};
+  Tensor grad_{first} = backward(&kind, {", ".join(a.name for a in bwd_args)}, DeviceType::CPU);
+{contiguous}
+  parallel_for(0, grad_{first}.numel(), 4096, [&](std::int64_t begin, std::int64_t end) {{
+    kernels::{op}_backward_cpu(kind, {kernel_args}, begin, end);
+  }});
+  return grad_{first};
+}}
+
+#if OPKILN_WITH_CUDA
+Tensor {op}_backward_cuda({cxx_args}) {{
+  const DeviceGuard guard({grads[0]});
+  ScalarKind kind{{}};
+  Tensor grad_{first} = backward(&kind, {", ".join(a.name for a in bwd_args)}, DeviceType::CUDA);
+{contiguous}
+  check_cuda(kernels::{op}_backward_cuda(kind, {kernel_args}, grad_{first}.numel(), cuda_stream({grads[0]})), kBwd);
+  return grad_{first};
+}}
+#endif
+"""
+    names = [a.name for a in s.args]
+    saved = [a.name for a in s.tensors] + outs
+    outputs_unpack = outs[0] if len(outs) == 1 else ", ".join(outs)
+    setup_unpack = f"({names[0]},)" if len(names) == 1 else ", ".join(names)
+    scalar_names = [a.name for a in s.scalars]
+    autograd = _render(
+        "autograd_backward.py.tmpl", op=op, first_arg=first,
+        bwd_py_params=", ".join(f"{a.name}: {PY_TYPES[a.type]}" for a in bwd_args),
+        input_names=setup_unpack,
+        saved=", ".join([a.name for a in s.tensors] + [f"*{('(output,)' if len(outs) == 1 else 'output')}"]),
+        scalar_tuple=", ".join(scalar_names) + ("," if len(scalar_names) == 1 else ""),
+        grad_params=", ".join(f"{g}: Tensor" for g in grads),
+        saved_unpack=f"({saved[0]},)" if len(saved) == 1 else ", ".join(saved),
+        bwd_call=", ".join(grads + [a.name if a.is_tensor else f"ctx.scalars[{scalar_names.index(a.name)}]"
+                                    for a in s.args] + outs),
+        grad_returns=", ".join([f"grad_{first}"] + ["None"] * (len(s.args) - 1)) + ("," if len(s.args) == 1 else ""),
+    )
+    del outputs_unpack
+    return {
+        "backward_decls": decls, "backward_cpu": cpu, "backward_cuda": cuda, "backward_binding": binding,
+        "schemas": forward["schemas"] + f"\n  m.def({_cxx_string(bwd_schema, '        ')});",
+        "cpu_impls": forward["cpu_impls"] + f'\n  m.impl("_{op}_backward", OPKILN_KERNEL({op}_backward_cpu));',
+        "cuda_impls": forward["cuda_impls"] + f'\n  m.impl("_{op}_backward", OPKILN_KERNEL({op}_backward_cuda));',
+        "autograd": autograd,
+        "backward_tests": _render("test_backward.py.tmpl", op=op),
+    }
 
 
 def _add_to_all(source: str, name: str) -> str:
@@ -114,22 +334,53 @@ def _add_to_all(source: str, name: str) -> str:
     return source[:match.start()] + line + source[match.end():]
 
 
-def plan(name: str, root: Path) -> Plan:
-    """Validates `name` and renders every file; writes nothing."""
+def _add_to_docstring(source: str, s: Schema, backward: bool) -> str:
+    """ops.py's docstring lists every op: one more bullet after the last of its "Operators" list."""
+    head = re.search(r"^Operators \(.*?\n\n", source, re.MULTILINE | re.DOTALL)
+    if head is None:
+        raise NewOpError('python/opkiln/ops.py\'s docstring has no "Operators (...):" paragraph to add the op to')
+    bullets = re.compile(r"(?:^- .*\n(?:^  .*\n)*)+", re.MULTILINE)
+    found = bullets.match(source, head.end())
+    if found is None:
+        raise NewOpError('python/opkiln/ops.py\'s "Operators" paragraph is not followed by a list of "- " bullets')
+    args = ", ".join(a.name for a in s.args)
+    grad = (f"autograd here calls the internal ``_{s.name}_backward``; no double backward" if backward
+            else "not differentiable")
+    words = f"- ``{s.name}({args})``: TODO({s.name}): what it computes; {grad}.".split(" ")
+    lines = [words[0]]
+    for word in words[1:]:
+        if len(lines[-1]) + 1 + len(word) > 100:
+            lines.append("  " + word)
+        else:
+            lines[-1] += " " + word
+    bullet = "\n".join(lines) + "\n"
+    return source[:found.end()] + bullet + source[found.end():]
+
+
+def plan(name: str, root: Path, schema: str | None = None, backward: bool = False) -> Plan:
+    """Validates `name` (and `schema`, default NAME(Tensor x) -> Tensor) and renders every file; writes nothing."""
     root = root.resolve()
     if not (root / "ops" / "facade" / "facade.h").is_file() or not (root / "python" / "opkiln" / "ops.py").is_file():
         raise NewOpError(f"{root} is not an opkiln checkout (no ops/facade/facade.h or python/opkiln/ops.py)")
     validate_name(name, root)
+    try:
+        s = parse_schema(schema, CXX_KEYWORDS) if schema is not None else parse_schema(f"{name}(Tensor x) -> Tensor")
+    except SchemaError as exc:
+        raise NewOpError(f"bad --schema: {exc}") from exc
+    if s.name != name:
+        raise NewOpError(f"the schema defines {s.name!r}, not {name!r}")
+    values = _fragments(s, backward)
     folder = root / "ops" / name
     new_files = {
-        folder / f"{name}.h": _render("op.h.tmpl", name),
-        folder / f"{name}_cpu.cpp": _render("op_cpu.cpp.tmpl", name),
-        folder / f"{name}_cuda.cu": _render("op_cuda.cu.tmpl", name),
-        folder / "binding.cpp": _render("binding.cpp.tmpl", name),
-        root / "tests" / "ops" / f"test_{name}.py": _render("test_op.py.tmpl", name),
+        folder / f"{name}.h": _wrap(_render("op.h.tmpl", **values)),
+        folder / f"{name}_cpu.cpp": _wrap(_render("op_cpu.cpp.tmpl", **values)),
+        folder / f"{name}_cuda.cu": _wrap(_render("op_cuda.cu.tmpl", **values)),
+        folder / "binding.cpp": _wrap(_render("binding.cpp.tmpl", **values)),
+        root / "tests" / "ops" / f"test_{name}.py": _wrap(_render("test_op.py.tmpl", **values)),
     }
     ops_py = root / "python" / "opkiln" / "ops.py"
-    text = _add_to_all(ops_py.read_text(), name).rstrip("\n") + "\n" + _render("ops_section.py.tmpl", name)
+    text = _add_to_docstring(_add_to_all(ops_py.read_text(), name), s, backward)
+    text = text.rstrip("\n") + "\n" + _wrap(_render("ops_section.py.tmpl", **values))
     return Plan(root, name, new_files, ops_py, text)
 
 

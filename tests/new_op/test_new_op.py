@@ -59,10 +59,13 @@ def test_writes_the_documented_files(checkout: Path, capsys: pytest.CaptureFixtu
     (all_node,) = [n for n in tree.body if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "__all__"]
     names = ast.literal_eval(all_node.value)
     assert "demo_op" in names and names == sorted(names)
-    # The old module, untouched but for its __all__ line, then the new op's section.
+    # The old module, untouched but for its __all__ line and one bullet of its op list, then the new op's section.
     old = before["python/opkiln/ops.py"].decode()
     all_line = re.compile(r"^__all__ = .*$", re.MULTILINE)
-    assert ops_py.startswith(all_line.sub(lambda _: all_line.findall(ops_py)[0], old).rstrip("\n"))
+    bullet = "- ``demo_op(x)``: TODO(demo_op): what it computes; not differentiable.\n"
+    expected = all_line.sub(lambda _: all_line.findall(ops_py)[0], old).rstrip("\n")
+    last_bullet = expected.index("\n\n", expected.index("- ``roi_align(")) + 1
+    assert ops_py.startswith(expected[:last_bullet] + bullet + expected[last_bullet:])
     for needle in ('def demo_op(x: Tensor) -> Tensor:', '@_register_fake("opkiln::demo_op")',
                    'torch.library.register_autograd("opkiln::demo_op"'):
         assert needle in ops_py
@@ -134,11 +137,132 @@ def test_any_accepted_name_is_a_safe_identifier(names_tree: Path, name: str) -> 
     assert not keyword.iskeyword(name) and not keyword.issoftkeyword(name) and name not in CXX_KEYWORDS
     assert name not in existing_ops(names_tree)
     assert _snapshot(names_tree) == before
-    assert all(f"{{{name}" not in text and "$" not in text for text in p.new_files.values()), "template left over"
+    assert all("{op}" not in text and "$" not in text for text in p.new_files.values()), "template left over"
+
+
+ROI_POOL = ("roi_pool(Tensor input, Tensor rois, float spatial_scale, int pooled_height, int pooled_width) "
+            "-> (Tensor, Tensor)")
+
+
+def test_a_schema_with_a_backward_scaffolds_every_piece(checkout: Path) -> None:
+    assert main(["new-op", "pool_demo", "--root", str(checkout), "--backward",
+                 "--schema", ROI_POOL.replace("roi_pool", "pool_demo")]) == 0
+    binding = (checkout / "ops" / "pool_demo" / "binding.cpp").read_text()
+    for needle in ["std::tuple<Tensor, Tensor> pool_demo_cpu(const Tensor& input, const Tensor& rois, double "
+                   "spatial_scale,", 'm.impl("_pool_demo_backward", OPKILN_KERNEL(pool_demo_backward_cpu));',
+                   'm.impl("_pool_demo_backward", OPKILN_KERNEL(pool_demo_backward_cuda));',
+                   'check_same_dtype(input, rois, op, "input", "rois");']:
+        assert needle in binding, needle
+    schemas = "".join(re.findall(r'"([^"]*)"', binding[binding.index("OPKILN_SCHEMAS"):]))
+    assert schemas.startswith(ROI_POOL.replace("roi_pool", "pool_demo") + "_pool_demo_backward(Tensor grad_out0, "
+                              "Tensor grad_out1, Tensor input, Tensor rois, float spatial_scale, int pooled_height, "
+                              "int pooled_width, Tensor out0, Tensor out1) -> Tensor")
+    ops_py = (checkout / "python" / "opkiln" / "ops.py").read_text()
+    for needle in ["def pool_demo(input: Tensor, rois: Tensor, spatial_scale: float, pooled_height: int,",
+                   '@_register_fake("opkiln::_pool_demo_backward")',
+                   'torch.library.register_autograd("opkiln::pool_demo", _pool_demo_backward, '
+                   "setup_context=_pool_demo_setup)",
+                   'torch.library.register_autograd("opkiln::_pool_demo_backward", _pool_demo_double_backward,',
+                   "- ``pool_demo(input, rois, spatial_scale, pooled_height, pooled_width)``: TODO(pool_demo)"]:
+        assert needle in ops_py, needle
+    test = (checkout / "tests" / "ops" / "test_pool_demo.py").read_text()
+    assert "from support.ops_reference import DEVICES, FLOAT_DTYPES, TOL, acc_dtype" in test
+    assert "def test_double_backward_raises" in test and "**TOL[dtype]" in test
+    for path in [*(checkout / "ops" / "pool_demo").iterdir(), checkout / "tests" / "ops" / "test_pool_demo.py"]:
+        long = [n for n, line in enumerate(path.read_text().splitlines(), 1) if len(line) > 120
+                and not line.lstrip().startswith(("//", "#"))]
+        assert long == [], f"{path.name}: lines {long} longer than 120"
+
+
+@pytest.mark.parametrize(("schema", "why"), [
+    ("", "empty"), ("demo(Tensor x)", "ends where '->' was expected"),
+    ("demo(Tensor x) -> int", "must return Tensor"), ("demo(int size) -> Tensor", "first argument must be a Tensor"),
+    ("demo() -> Tensor", "first argument must be a Tensor"), ("demo(Tensor x, ) -> Tensor", "argument type"),
+    ("demo(Tensor x, int n=1) -> Tensor", "defaults are not supported"),
+    ("demo(Tensor? x) -> Tensor", "optionals (Tensor?) are not supported"),
+    ("demo(Tensor[] x) -> Tensor", "lists (Tensor[], int[])"),
+    ("demo(Tensor(a!) x) -> Tensor", "aliasing annotations"), ("demo(Tensor x, *, int size) -> Tensor", "keyword-only"),
+    ("demo(Tensor x, Tensor x) -> Tensor", "appears twice"), ("demo(Tensor template) -> Tensor", "C++ keyword"),
+    ("demo(Tensor lambda) -> Tensor", "Python keyword"), ("demo(Tensor kind) -> Tensor", "reserved"),
+    ("demo(Scalar x) -> Tensor", "is not one of Tensor, float, int, bool"),
+    ("demo(Tensor X) -> Tensor", "not a snake_case name"), ("other(Tensor x) -> Tensor", "defines 'other'"),
+    ("demo.out(Tensor x) -> Tensor", "overload names"), ("demo(Tensor x) -> (Tensor a, Tensor)", "every return"),
+    ("demo(Tensor x) -> Tensor extra stuff", "after the returns"), ("demo(Tensor x) -> (Tensor", "ends where"),
+    ("demo(Tensor x)\n-> Tensor", "one line"), ("démo(Tensor x) -> Tensor", "ASCII"),
+])
+def test_bad_schemas_exit_2_and_write_nothing(checkout: Path, schema: str, why: str,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    before = _snapshot(checkout)
+    assert main(["new-op", "demo", "--root", str(checkout), "--schema", schema]) == 2
+    err = capsys.readouterr().err
+    assert why in err and err.count("\n") == 1 and "nothing written" in err, err
+    assert _snapshot(checkout) == before
+
+
+_IDENTS = st.from_regex(r"[a-z][a-z0-9]{0,5}(_[a-z0-9]{1,4})?", fullmatch=True)
+_TYPES = st.sampled_from(["Tensor", "float", "int", "bool"])
+
+
+@st.composite
+def _schema_texts(draw: st.DrawFn) -> str:
+    """Schemas near the accepted language: valid ones, and valid ones with one random edit."""
+    args = draw(st.lists(st.tuples(_TYPES, _IDENTS), min_size=1, max_size=4))
+    returns = draw(st.integers(1, 3))
+    ret = "Tensor" if returns == 1 else "(" + ", ".join(["Tensor"] * returns) + ")"
+    text = f"demo({', '.join(f'{a} {n}' for a, n in args)}) -> {ret}"
+    edit = draw(st.sampled_from(["none", "delete", "insert", "replace"]))
+    if edit != "none" and text:
+        at = draw(st.integers(0, len(text) - 1))
+        char = draw(st.sampled_from(list("()[],?*!=-> .:;'\"aZ0_\t")))
+        text = {"delete": text[:at] + text[at + 1:], "insert": text[:at] + char + text[at:],
+                "replace": text[:at] + char + text[at + 1:]}[edit]
+    return text
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=st.one_of(_schema_texts(), st.text(max_size=40)))
+def test_a_schema_is_accepted_only_if_torch_accepts_it_too(text: str) -> None:
+    import torch
+
+    from kiln_tool.op_schema import SchemaError, parse
+
+    try:
+        schema = parse(text, CXX_KEYWORDS)
+    except SchemaError as exc:
+        assert str(exc)  # refused, with a reason
+        return
+    parsed = torch._C.parse_schema(text)  # what torch makes of the very same text
+    assert parsed.name == schema.name
+    assert [(a.name, str(a.type)) for a in parsed.arguments] == [(a.name, a.type) for a in schema.args]
+    assert [str(r.type) for r in parsed.returns] == ["Tensor"] * len(schema.returns)
+    assert parsed.arguments[0].name == schema.tensors[0].name
+    assert parse(schema.text) == schema
+
+
+@settings(max_examples=60, deadline=None)
+@given(text=_schema_texts())
+def test_a_refused_schema_writes_nothing(names_tree: Path, text: str) -> None:
+    before = _snapshot(names_tree)
+    try:
+        p = plan("demo", names_tree, text, backward=True)
+    except NewOpError:
+        assert _snapshot(names_tree) == before
+        return
+    assert all("$" not in body for body in p.new_files.values())
+    for body in [p.ops_py_text, p.new_files[names_tree / "tests" / "ops" / "test_demo.py"]]:
+        ast.parse(body)
+    assert _snapshot(names_tree) == before
+
+
+# The value tests of a scaffolded op: what fails until its kernel bodies are written.
+VALUE_TESTS = {"test_matches_reference", "test_non_contiguous_inputs", "test_gradient_matches_reference",
+               "test_gradcheck"}
 
 
 @pytest.mark.slow
-def test_skeleton_builds_and_its_test_fails_until_the_kernel_is_written(tmp_path: Path) -> None:
+def test_scaffolded_op_builds_and_fails_only_on_its_kernel_bodies(tmp_path: Path) -> None:
+    """Scaffold roi_pool's shape into a copy of the tree, build its CPU wheel (torch 2.13, the dev
+    venv's), run the generated test against it: every value test fails, everything else passes."""
     from kiln_tool.matrix_data import local_builds
     from kiln_tool.pipeline import build_wheel
     from support.venvs import make_venv
@@ -150,19 +274,30 @@ def test_skeleton_builds_and_its_test_fails_until_the_kernel_is_written(tmp_path
         if (REPO / rel).is_file() and not rel.startswith("tests/_artifacts"):
             (tree / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(REPO / rel, tree / rel)
-    assert main(["new-op", "skeleton_op", "--root", str(tree)]) == 0
+    name = "scaffold_pool"
+    assert main(["new-op", name, "--root", str(tree), "--backward",
+                 "--schema", ROI_POOL.replace("roi_pool", name)]) == 0
+    from support.op_layout import violations
+
+    assert [str(v) for v in violations(tree)] == [], "the scaffold breaks the op-layout rule"
     (spec,) = [s for s in local_builds() if s.cuda == "cpu"]
     wheel = build_wheel(Path(sys.executable), spec, tmp_path / "dist", tmp_path / "build.log", tmp_path / "build",
                         source=tree)
     python = make_venv(tmp_path / "venv", "2.13.0", extra=["pytest"])
     subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", str(wheel)], check=True)
-    # The generated test alone, outside the tree: `opkiln` is the installed wheel, and the tree's
-    # conftest (which needs the dev venv) stays out of it.
+    # The generated test with the suite's helpers (tests/support), outside the tree: `opkiln` is
+    # the installed wheel, and the tree's conftest (which needs the dev venv) stays out of it.
     run = tmp_path / "run"
-    run.mkdir()
-    shutil.copy2(tree / "tests" / "ops" / "test_skeleton_op.py", run)
-    out = subprocess.run([str(python), "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", "test_skeleton_op.py"],
+    shutil.copytree(tree / "tests" / "support", run / "support")
+    shutil.copy2(tree / "tests" / "ops" / f"test_{name}.py", run)
+    out = subprocess.run([str(python), "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", f"test_{name}.py"],
                          cwd=run, capture_output=True, text=True, check=False)
-    assert out.returncode == 1, out.stdout[-3000:] + out.stderr[-2000:]
-    assert "PASSED test_skeleton_op.py::test_integer_input_raises" in out.stdout, out.stdout[-3000:]
-    assert re.search(r"FAILED test_skeleton_op.py::test_matches_reference\[shape1-", out.stdout), out.stdout[-3000:]
+    report = out.stdout[-4000:] + out.stderr[-2000:]
+    outcomes: dict[str, set[str]] = {}
+    for outcome, test in re.findall(rf"^(PASSED|FAILED|ERROR) test_{name}\.py::(\w+)", out.stdout, re.MULTILINE):
+        outcomes.setdefault(test, set()).add(outcome)
+    failed = {t for t, o in outcomes.items() if o != {"PASSED"}}
+    assert failed == VALUE_TESTS, report
+    assert {t for t, o in outcomes.items() if o == {"PASSED"}} == {
+        "test_empty_inputs", "test_opcheck", "test_integer_input_raises", "test_double_backward_raises"}, report
+    assert "ERROR" not in out.stdout.split("short test summary")[-1], report

@@ -11,6 +11,13 @@ HELP = "write the folder, Python wrapper and test skeletons of a new op (docs/ad
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("name", help="the op's name: snake_case, a C++ and Python identifier, not taken")
+    parser.add_argument("--schema", default=None, metavar="SCHEMA",
+                        help='the op\'s schema, e.g. "NAME(Tensor input, Tensor rois, float scale, int size) -> '
+                             '(Tensor, Tensor)": Tensor, float, int and bool arguments, one or more Tensor results '
+                             '(default: "NAME(Tensor x) -> Tensor")')
+    parser.add_argument("--backward", action="store_true",
+                        help="also an internal backward op _NAME_backward (gradient of the first tensor argument), its "
+                             "fake impl, the autograd formula and a double-backward guard")
     parser.add_argument("--root", type=Path, default=None, help="the checkout to write into (default: this one)")
 
 
@@ -20,7 +27,7 @@ def execute(args: argparse.Namespace) -> int:
 
     root: Path = args.root if args.root is not None else REPO_ROOT
     try:
-        written = write(plan(args.name, root))
+        written = write(plan(args.name, root, args.schema, args.backward))
     except NewOpError as exc:
         print(f"kiln new-op: {exc}; nothing written", file=sys.stderr)
         return 2
