@@ -46,4 +46,15 @@ CudaStatus scatter_add(T* grad_input, std::int64_t numel, void* workspace, std::
   return last_launch_status();
 }
 
+// scatter_add in the storage type of `kind`: launch.template operator()<T>(target) queues the
+// scatter kernels into the accumulation target.
+template <typename Launch>
+CudaStatus dispatch_scatter_add(ScalarKind kind, void* grad_input, std::int64_t numel, void* workspace,
+                                std::size_t workspace_bytes, CudaStream stream, Launch&& launch) {
+  return dispatch_float_kinds(kind, [&]<typename T>() -> CudaStatus {
+    return scatter_add(static_cast<T*>(grad_input), numel, workspace, workspace_bytes, stream,
+                       [&](typename Convert<T>::Acc* target) { launch.template operator()<T>(target); });
+  });
+}
+
 }  // namespace opkiln::kernels::cuda

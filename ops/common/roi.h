@@ -24,6 +24,19 @@ OPKILN_HD bool batch_index_valid(Acc v, std::int64_t batch) {
   return v > Acc(-1) && v < static_cast<Acc>(batch);
 }
 
+// The sizes an RoI op's kernels share: features [N, C, H, W], rois [K, 5], a pooled output
+// [K, C, PH, PW], and the scale from roi coordinates to feature pixels.
+struct RoiShape {
+  std::int64_t batch = 0;     // N
+  std::int64_t channels = 0;  // C
+  std::int64_t height = 0;    // H
+  std::int64_t width = 0;     // W
+  std::int64_t rois = 0;      // K
+  std::int64_t pooled_height = 0;
+  std::int64_t pooled_width = 0;
+  double spatial_scale = 1.0;
+};
+
 // Where element i of a contiguous [K, C, PH, PW] pooled output (or its gradient) lies.
 struct PooledIndex {
   std::int64_t roi, channel, ph, pw;

@@ -42,15 +42,7 @@
 
 namespace opkiln::kernels {
 
-struct RoiAlignGeometry {
-  std::int64_t batch = 0;     // N
-  std::int64_t channels = 0;  // C
-  std::int64_t height = 0;    // H
-  std::int64_t width = 0;     // W
-  std::int64_t rois = 0;      // K
-  std::int64_t pooled_height = 0;
-  std::int64_t pooled_width = 0;
-  double spatial_scale = 1.0;
+struct RoiAlignGeometry : RoiShape {
   std::int64_t sampling_ratio = -1;  // <= 0: adaptive, ceil(roi size / pooled size)
   bool aligned = false;
 };

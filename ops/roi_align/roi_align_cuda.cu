@@ -108,15 +108,12 @@ CudaStatus roi_align_backward_cuda(ScalarKind kind, const RoiAlignGeometry& g, c
                                    const void* rois, void* grad_input, void* workspace, std::size_t workspace_bytes,
                                    CudaStream stream) {
   const std::int64_t total = g.rois * g.channels * g.pooled_height * g.pooled_width;
-  return cuda::dispatch_float_kinds(kind, [&]<typename T>() -> CudaStatus {
-    using Acc = typename cuda::Convert<T>::Acc;
-    return cuda::scatter_add(static_cast<T*>(grad_input), g.batch * g.channels * g.height * g.width, workspace,
-                             workspace_bytes, stream, [&](Acc* target) {
-      if (total == 0) return;
-      roi_align_backward_kernel<T><<<cuda::grid_for(total), cuda::kThreads, 0, stream>>>(
-          static_cast<const T*>(grad_output), static_cast<const T*>(rois), target, shape_of(g),
-          static_cast<Acc>(g.spatial_scale), total);
-    });
+  return cuda::dispatch_scatter_add(kind, grad_input, g.batch * g.channels * g.height * g.width, workspace,
+                                    workspace_bytes, stream, [&]<typename T>(typename cuda::Convert<T>::Acc* target) {
+    if (total == 0) return;
+    roi_align_backward_kernel<T><<<cuda::grid_for(total), cuda::kThreads, 0, stream>>>(
+        static_cast<const T*>(grad_output), static_cast<const T*>(rois), target, shape_of(g),
+        static_cast<typename cuda::Convert<T>::Acc>(g.spatial_scale), total);
   });
 }
 

@@ -14,9 +14,12 @@ Operators (all in the ``torch.ops.opkiln`` namespace, schemas in ops/<op>/bindin
   sampling_ratio, aligned)``: torchvision's RoIAlign kernel; autograd here calls
   the internal ``_roi_align_backward`` kernel (differentiable in ``input``, not in
   ``rois``; no double backward).
+- ``roi_pool(input, rois, spatial_scale, pooled_height, pooled_width)``: torchvision's RoIPool
+  kernel, returning ``(output, argmax)``; autograd here calls the internal
+  ``_roi_pool_backward`` through argmax (differentiable in ``input``; no double backward).
 
 The detection ops' Python API (``nms``, ``batched_nms``, ``roi_align``,
-``RoIAlign``) takes exactly ``torchvision.ops``' signatures and input forms, so
+``RoIAlign``, ``roi_pool``, ``RoIPool``) takes exactly ``torchvision.ops``' signatures and input forms, so
 ``from opkiln import ops`` can stand in for ``from torchvision import ops`` for
 these names; the registered ops keep their schemas. Autocast (CPU and CUDA) casts
 as torchvision's does; quantized tensors are refused with the dequantize
@@ -34,7 +37,7 @@ from typing import Any, TypeVar, cast
 import torch
 from torch import Tensor, nn
 
-__all__ = ["RoIAlign", "batched_nms", "nms", "rms_norm", "roi_align", "weighted_sum"]
+__all__ = ["RoIAlign", "RoIPool", "batched_nms", "nms", "rms_norm", "roi_align", "roi_pool", "weighted_sum"]
 
 _FLOAT_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 
@@ -69,9 +72,9 @@ def _autocast_eligible(t: Tensor, device_type: str) -> bool:
 
 def _register_autocast_cast_back(name: str) -> None:
     """torchvision's autocast kernel for ``opkiln::name`` on CPU and CUDA where the result goes back to
-    the first argument's dtype (roi_align): eligible tensor arguments run in float32 with autocast off,
-    the result is cast to ``args[0].dtype``. (nms, whose result is not cast, uses
-    torch.library.register_autocast.)"""
+    the first argument's dtype (roi_align, roi_pool): eligible tensor arguments run in float32 with
+    autocast off, the floating results are cast to ``args[0].dtype`` (roi_pool's int32 argmax stays
+    as it is). (nms, whose result is not cast, uses torch.library.register_autocast.)"""
     op = getattr(torch.ops.opkiln, name).default
     for device_type, key in _AUTOCAST_KEYS.items():
         dispatch_key = getattr(torch._C.DispatchKey, key)
@@ -79,7 +82,10 @@ def _register_autocast_cast_back(name: str) -> None:
         def run(*args: Any, _device: str = device_type, _key: Any = dispatch_key) -> Any:
             cast_args = [a.float() if isinstance(a, Tensor) and _autocast_eligible(a, _device) else a for a in args]
             with torch._C._ExcludeDispatchKeyGuard(torch._C.DispatchKeySet(_key)):
-                return op(*cast_args).to(args[0].dtype)
+                result = op(*cast_args)
+            if isinstance(result, tuple):
+                return tuple(r.to(args[0].dtype) if r.is_floating_point() else r for r in result)
+            return result.to(args[0].dtype)
 
         def kernel(keyset: Any, *args: Any, _run: Callable[..., Any] = run) -> Any:
             return _run(*args)
@@ -466,3 +472,93 @@ def _roi_align_double_backward(ctx: Any, grad: Tensor) -> tuple[None, ...]:
 torch.library.register_autograd(
     "opkiln::_roi_align_backward", _roi_align_double_backward, setup_context=_no_setup
 )
+
+
+# ---------------------------------------------------------------------------- roi_pool
+
+
+def roi_pool(input: Tensor, boxes: Tensor | list[Tensor], output_size: int | list[int] | tuple[int, int],
+             spatial_scale: float = 1.0) -> Tensor:
+    """RoIPool: ``torchvision.ops.roi_pool(input, boxes, output_size, spatial_scale)``.
+
+    ``input`` is ``[N, C, H, W]``; ``boxes`` a ``[K, 5]`` tensor of rows ``(batch index, x1, y1,
+    x2, y2)`` or a list (or tuple) of ``[L_i, 4]`` tensors, the boxes of image i, in input pixels
+    before ``spatial_scale``; ``output_size`` an int or ``(height, width)``. Same dtype (float32,
+    float64, float16 or bfloat16) and device for input and boxes; any strides. Returns
+    ``[K, C, height, width]``, contiguous: each bin is the largest value of its window of the
+    scaled, rounded box (0 for an empty window). Differentiable in ``input`` (the gradient goes
+    to the chosen element); no double backward.
+
+    Errors as :func:`roi_align`'s: torchvision's AssertionError for boxes of the wrong shape,
+    RuntimeError for dtypes, devices and ``input``'s shape, ValueError naming the roi for a batch
+    index outside ``[0, N)`` (torchvision reads out of bounds), ValueError for a negative output
+    size. Under ``torch.autocast`` it runs in float32 and casts back, as torchvision does.
+    """
+    _check_roi_boxes_shape(boxes)
+    rois = boxes if isinstance(boxes, Tensor) else _boxes_to_rois(boxes)
+    pooled_height, pooled_width = _pair(output_size)
+    out: tuple[Tensor, Tensor] = torch.ops.opkiln.roi_pool(input, rois, spatial_scale, pooled_height, pooled_width)
+    return out[0]
+
+
+class RoIPool(nn.Module):
+    """``torchvision.ops.RoIPool``: :func:`roi_pool` with its parameters fixed at construction."""
+
+    def __init__(self, output_size: int | list[int] | tuple[int, int], spatial_scale: float) -> None:
+        super().__init__()
+        self.output_size = output_size
+        self.spatial_scale = spatial_scale
+
+    def forward(self, input: Tensor, rois: Tensor | list[Tensor]) -> Tensor:
+        return roi_pool(input, rois, self.output_size, self.spatial_scale)
+
+    def __repr__(self) -> str:
+        return f"{self.__class__.__name__}(output_size={self.output_size}, spatial_scale={self.spatial_scale})"
+
+
+@_register_fake("opkiln::roi_pool")
+def _roi_pool_fake(input: Tensor, rois: Tensor, spatial_scale: float, pooled_height: int,
+                   pooled_width: int) -> tuple[Tensor, Tensor]:
+    _check_roi_align_args(input, rois, pooled_height, pooled_width, "roi_pool")
+    _check(input.dim() == 4, lambda: f"opkiln::roi_pool: input must have shape [N, C, H, W], got {tuple(input.shape)}")
+    shape = (rois.shape[0], input.shape[1], pooled_height, pooled_width)
+    return input.new_empty(shape), input.new_empty(shape, dtype=torch.int32)
+
+
+@_register_fake("opkiln::_roi_pool_backward")
+def _roi_pool_backward_fake(grad: Tensor, rois: Tensor, argmax: Tensor, spatial_scale: float, pooled_height: int,
+                            pooled_width: int, batch: int, channels: int, height: int, width: int) -> Tensor:
+    _check_roi_align_args(grad, rois, pooled_height, pooled_width, "_roi_pool_backward")
+    _check(argmax.dtype == torch.int32 and argmax.shape == grad.shape,
+           lambda: "opkiln::_roi_pool_backward: argmax must be int32 of grad's shape")
+    return grad.new_empty((batch, channels, height, width))
+
+
+def _roi_pool_setup(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, Tensor]) -> None:
+    input, rois, spatial_scale, pooled_height, pooled_width = inputs
+    ctx.save_for_backward(rois, output[1])
+    ctx.mark_non_differentiable(output[1])
+    ctx.params = (spatial_scale, pooled_height, pooled_width)
+    ctx.input_shape = tuple(input.shape)
+
+
+def _roi_pool_backward(ctx: Any, grad: Tensor, grad_argmax: Tensor | None) -> tuple[Tensor | None, ...]:
+    rois, argmax = ctx.saved_tensors
+    grad_input = None
+    if ctx.needs_input_grad[0]:
+        grad_input = torch.ops.opkiln._roi_pool_backward.default(grad, rois, argmax, *ctx.params, *ctx.input_shape)
+    return grad_input, None, None, None, None
+
+
+torch.library.register_autograd("opkiln::roi_pool", _roi_pool_backward, setup_context=_roi_pool_setup)
+_register_autocast_cast_back("roi_pool")
+_refuse_quantized("roi_pool", "opkiln.roi_pool(input.dequantize(), boxes.dequantize(), ...), then "
+                              "torch.quantize_per_tensor(result, input.q_scale(), input.q_zero_point(), input.dtype)")
+
+
+def _roi_pool_double_backward(ctx: Any, *grads: Tensor) -> tuple[None, ...]:
+    # Registered so that a second-order gradient fails loudly instead of silently being zero.
+    raise RuntimeError("opkiln.roi_pool: double backward (a gradient of the gradient) is not supported")
+
+
+torch.library.register_autograd("opkiln::_roi_pool_backward", _roi_pool_double_backward, setup_context=_no_setup)

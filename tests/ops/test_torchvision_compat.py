@@ -318,3 +318,53 @@ def test_generated_roi_align_equals_torchvision() -> None:
         torch.testing.assert_close(ours[~undefined], expected, **TOL[torch.float32])
 
     check()
+
+
+# ---------------------------------------------------------------------------- roi_pool
+
+
+def test_roi_pool_signatures_equal_the_installed_torchvisions() -> None:
+    tv_ops = _tv()
+
+    def params(f: Callable[..., Any]) -> list[tuple[str, Any, Any]]:
+        return [(p.name, p.default, p.kind) for p in inspect.signature(f).parameters.values()]
+
+    assert params(ops.roi_pool) == params(tv_ops.roi_pool)
+    assert params(ops.RoIPool.__init__) == params(tv_ops.RoIPool.__init__)
+    assert params(ops.RoIPool.forward) == params(tv_ops.RoIPool.forward)
+    assert opkiln.roi_pool is ops.roi_pool and opkiln.RoIPool is ops.RoIPool
+
+
+def _tv_roi_pool_dtypes() -> list[Any]:
+    # torchvision's CPU roi_pool kernel has no bfloat16 (its CUDA one has); ours is checked against
+    # the reference for it (test_roi_pool.py).
+    return [torch.float32, torch.float64, torch.float16]
+
+
+@pytest.mark.parametrize("device", _autocast_devices())
+@pytest.mark.parametrize("dtype", _tv_roi_pool_dtypes(), ids=str)
+@pytest.mark.parametrize("spatial_scale", [1.0, 0.37, 2.0], ids=lambda s: f"scale{s}")
+def test_roi_pool_matches_torchvision(device: str, dtype: torch.dtype, spatial_scale: float) -> None:
+    """Forward to the bit (output and argmax); backward to the bit in float32/float64, within
+    float16's tolerance in float16 (torchvision adds in float16, opkiln in float32)."""
+    tv_ops = _tv()
+    x = _X.to(device, dtype)
+    rois = random_rois(9, 2, 10, 12, torch.float64, seed=4, spatial_scale=spatial_scale).to(device, dtype)
+    ours = torch.ops.opkiln.roi_pool(x, rois, spatial_scale, 3, 4)
+    theirs = torch.ops.torchvision.roi_pool(x, rois, spatial_scale, 3, 4)
+    assert torch.equal(ours[0], theirs[0]) and torch.equal(ours[1], theirs[1])
+    assert torch.equal(opkiln.roi_pool(x, rois, (3, 4), spatial_scale), tv_ops.roi_pool(x, rois, (3, 4), spatial_scale))
+    grad = torch.randn(ours[0].shape, generator=torch.Generator().manual_seed(5), dtype=torch.float64).to(device, dtype)
+    xs = [x.detach().clone().requires_grad_(True) for _ in range(2)]
+    opkiln.roi_pool(xs[0], rois, (3, 4), spatial_scale).backward(grad)
+    tv_ops.roi_pool(xs[1], rois, (3, 4), spatial_scale).backward(grad)
+    tol = {"rtol": 0, "atol": 0} if dtype != torch.float16 else TOL[dtype]
+    torch.testing.assert_close(xs[0].grad, xs[1].grad, **tol)
+
+
+def test_roi_pool_per_image_boxes_match_torchvision() -> None:
+    tv_ops = _tv()
+    per_image = [_ROIS[_ROIS[:, 0] == i, 1:] for i in range(2)]
+    assert torch.equal(opkiln.roi_pool(_X, per_image, 3, 0.5), tv_ops.roi_pool(_X, per_image, 3, 0.5))
+    assert torch.equal(ops.RoIPool((2, 3), 0.5)(_X, _ROIS), tv_ops.RoIPool((2, 3), 0.5)(_X, _ROIS))
+    assert repr(ops.RoIPool((2, 3), 0.5)) == repr(tv_ops.RoIPool((2, 3), 0.5))
