@@ -210,6 +210,7 @@ def _fragments(s: Schema, backward: bool) -> dict[str, str]:
         "backward_decls": "", "backward_cpu": "", "backward_cuda": "", "backward_binding": "",
         "py_params": py_params, "py_return": py_return, "py_call": py_call,
         "fake_result": like if len(outs) == 1 else ", ".join(like for _ in outs),
+        "first_result": "" if len(outs) == 1 else "[0]",  # op_smoke calls .tolist() on the result
         "install_sample": ", ".join("torch.ones(2, 3, 4)" if a.is_tensor else samples[a.type] for a in s.args),
         "sample_values": ", ".join(sample_values) + ("," if len(sample_values) == 1 else ""),
         "ref_params": py_params, "ref_return": py_return,

@@ -17,7 +17,10 @@ from support.roi_pool_reference import roi_pool_backward_ref, roi_pool_ref
 
 # What tests/wheels/test_wheel_install.py runs in a fresh venv after `pip install` of each wheel
 # (op name -> a Python expression over torch and opkiln).
-INSTALL_SAMPLES = {"roi_pool": "opkiln.roi_pool(torch.ones(1, 2, 4, 4), torch.tensor([[0.0, 0, 0, 3, 3]]), 2)"}
+INSTALL_SAMPLES = {"roi_pool": "opkiln.roi_pool(torch.arange(32.).reshape(1, 2, 4, 4),"
+                               " torch.tensor([[0., 0, 0, 3, 3]]), 2)",
+                   "RoIPool": "opkiln.RoIPool(2, 0.5)(torch.arange(32.).reshape(1, 2, 4, 4),"
+                              " [torch.tensor([[0., 0, 6, 6]])])"}
 
 
 def sample_args(device: str, dtype: torch.dtype, *, seed: int = 0, empty: bool = False,
