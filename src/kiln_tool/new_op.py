@@ -215,7 +215,8 @@ def _fragments(s: Schema, backward: bool) -> dict[str, str]:
         "sample_values": ", ".join(sample_values) + ("," if len(sample_values) == 1 else ""),
         "ref_params": py_params, "ref_return": py_return,
         "ref_result": "result" if len(outs) == 1 else ", ".join(["result"] + ["result.clone()"] * (len(outs) - 1)),
-        "backward_tests": "",
+        "backward_tests": _render("test_no_backward.py.tmpl", op=op),
+        "opcheck_grads": '[False], ids=["no_grad"]',
     }
     values["autograd"] = _render("autograd_none.py.tmpl", op=op)
     if backward:
@@ -323,15 +324,16 @@ Tensor {op}_backward_cuda({cxx_args}) {{
         "cuda_impls": forward["cuda_impls"] + f'\n  m.impl("_{op}_backward", OPKILN_KERNEL({op}_backward_cuda));',
         "autograd": autograd,
         "backward_tests": _render("test_backward.py.tmpl", op=op),
+        "opcheck_grads": '[False, True], ids=["no_grad", "grad"]',
     }
 
 
 def _add_to_all(source: str, name: str) -> str:
     match = re.search(r"^__all__ = \[([^\]]*)\]$", source, re.MULTILINE)
     if match is None:
-        raise NewOpError("python/opkiln/ops.py has no one-line __all__ = [...] to add the op to")
+        raise NewOpError("python/opkiln/ops.py has no __all__ = [...] to add the op to")
     names = sorted({*re.findall(r'"([^"]+)"', match.group(1)), name})
-    line = "__all__ = [" + ", ".join(f'"{n}"' for n in names) + "]"
+    line = _wrap("__all__ = [" + ", ".join(f'"{n}"' for n in names) + "]")
     return source[:match.start()] + line + source[match.end():]
 
 

@@ -254,17 +254,25 @@ def test_a_refused_schema_writes_nothing(names_tree: Path, text: str) -> None:
     assert _snapshot(names_tree) == before
 
 
-# The value tests of a scaffolded op: what fails until its kernel bodies are written.
-VALUE_TESTS = {"test_matches_reference", "test_non_contiguous_inputs", "test_gradient_matches_reference",
-               "test_gradcheck"}
+# What a skeleton's tests do before its kernel bodies are written, with and without --backward.
+SKELETON_OUTCOMES = {
+    "backward": ({"test_matches_reference", "test_non_contiguous_inputs", "test_gradient_matches_reference",
+                  "test_gradcheck"},
+                 {"test_empty_inputs", "test_opcheck", "test_integer_input_raises", "test_double_backward_raises"}),
+    "default": ({"test_matches_reference", "test_non_contiguous_inputs"},
+                {"test_empty_inputs", "test_opcheck", "test_integer_input_raises",
+                 "test_backward_raises_until_written"}),
+}
 
 
 @pytest.mark.slow
-def test_scaffolded_op_builds_and_fails_only_on_its_kernel_bodies(tmp_path: Path) -> None:
-    """Scaffold roi_pool's shape into a copy of the tree, build its CPU wheel (torch 2.13, the dev
-    venv's), run the generated test against it: every value test fails, everything else passes."""
+def test_scaffolded_ops_build_and_fail_only_on_their_kernel_bodies(tmp_path: Path) -> None:
+    """Scaffold roi_pool's shape (with --backward) and the default elementwise op into a copy of the
+    tree, build its CPU wheel once (torch 2.13), run the generated tests against it: the value tests
+    fail, everything else passes."""
     from kiln_tool.matrix_data import local_builds
     from kiln_tool.pipeline import build_wheel
+    from support.op_layout import violations
     from support.venvs import make_venv
 
     tree = tmp_path / "tree"
@@ -274,30 +282,29 @@ def test_scaffolded_op_builds_and_fails_only_on_its_kernel_bodies(tmp_path: Path
         if (REPO / rel).is_file() and not rel.startswith("tests/_artifacts"):
             (tree / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(REPO / rel, tree / rel)
-    name = "scaffold_pool"
-    assert main(["new-op", name, "--root", str(tree), "--backward",
-                 "--schema", ROI_POOL.replace("roi_pool", name)]) == 0
-    from support.op_layout import violations
-
+    ops = {"backward": "scaffold_pool", "default": "scaffold_plain"}
+    assert main(["new-op", ops["backward"], "--root", str(tree), "--backward",
+                 "--schema", ROI_POOL.replace("roi_pool", ops["backward"])]) == 0
+    assert main(["new-op", ops["default"], "--root", str(tree)]) == 0
     assert [str(v) for v in violations(tree)] == [], "the scaffold breaks the op-layout rule"
     (spec,) = [s for s in local_builds() if s.cuda == "cpu"]
     wheel = build_wheel(Path(sys.executable), spec, tmp_path / "dist", tmp_path / "build.log", tmp_path / "build",
                         source=tree)
     python = make_venv(tmp_path / "venv", "2.13.0", extra=["pytest"])
     subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", str(wheel)], check=True)
-    # The generated test with the suite's helpers (tests/support), outside the tree: `opkiln` is
+    # The generated tests with the suite's helpers (tests/support), outside the tree: `opkiln` is
     # the installed wheel, and the tree's conftest (which needs the dev venv) stays out of it.
     run = tmp_path / "run"
     shutil.copytree(tree / "tests" / "support", run / "support")
-    shutil.copy2(tree / "tests" / "ops" / f"test_{name}.py", run)
-    out = subprocess.run([str(python), "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", f"test_{name}.py"],
-                         cwd=run, capture_output=True, text=True, check=False)
-    report = out.stdout[-4000:] + out.stderr[-2000:]
-    outcomes: dict[str, set[str]] = {}
-    for outcome, test in re.findall(rf"^(PASSED|FAILED|ERROR) test_{name}\.py::(\w+)", out.stdout, re.MULTILINE):
-        outcomes.setdefault(test, set()).add(outcome)
-    failed = {t for t, o in outcomes.items() if o != {"PASSED"}}
-    assert failed == VALUE_TESTS, report
-    assert {t for t, o in outcomes.items() if o == {"PASSED"}} == {
-        "test_empty_inputs", "test_opcheck", "test_integer_input_raises", "test_double_backward_raises"}, report
-    assert "ERROR" not in out.stdout.split("short test summary")[-1], report
+    for kind, name in ops.items():
+        shutil.copy2(tree / "tests" / "ops" / f"test_{name}.py", run)
+        out = subprocess.run([str(python), "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", f"test_{name}.py"],
+                             cwd=run, capture_output=True, text=True, check=False)
+        report = out.stdout[-4000:] + out.stderr[-2000:]
+        outcomes: dict[str, set[str]] = {}
+        for outcome, test in re.findall(rf"^(PASSED|FAILED|ERROR) test_{name}\.py::(\w+)", out.stdout,
+                                        re.MULTILINE):
+            outcomes.setdefault(test, set()).add(outcome)
+        failing, passing = SKELETON_OUTCOMES[kind]
+        assert {t for t, o in outcomes.items() if o != {"PASSED"}} == failing, report
+        assert {t for t, o in outcomes.items() if o == {"PASSED"}} == passing, report
