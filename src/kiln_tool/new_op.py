@@ -1,17 +1,21 @@
-"""`kiln new-op NAME`: the files of a new op, from the templates in kiln_tool/templates/new_op/.
+"""`kiln new-op NAME [--schema SCHEMA] [--backward]`: the files of a new op, from the templates in
+kiln_tool/templates/new_op/, shaped by its schema (kiln_tool/op_schema.py; default NAME(Tensor x) -> Tensor).
 
 What it writes is what docs/adding-an-op.md walks through:
   ops/NAME/NAME.h, NAME_cpu.cpp, NAME_cuda.cu   the kernel core (raw pointers, no torch header)
-  ops/NAME/binding.cpp                           schema, checks, registrations (both ABI modes)
+  ops/NAME/binding.cpp                           schemas, checks, registrations (both ABI modes)
   python/opkiln/ops.py                           + a section: typed wrapper, register_fake,
-                                                   register_autograd (raises until a backward is
-                                                   written), and NAME in __all__
-  tests/ops/test_NAME.py                         reference, opcheck and bad-input tests
+                                                   register_autograd (with --backward: the backward
+                                                   op's fake impl and a double-backward guard; else
+                                                   "not differentiable"), NAME in __all__ and in the
+                                                   docstring's op list
+  tests/ops/test_NAME.py                         reference, opcheck, gradient and bad-input tests
 No registry line: the build finds an op by its ops/NAME/binding.cpp. The skeleton builds; its
-kernels write kNotWritten (common/common.h), so its value tests fail until the kernels (and the reference) are written.
+kernels write kNotWritten (common/common.h), so its value tests fail until the kernels (and the
+reference) are written, and only those.
 
-A bad NAME, or one that is taken, is refused before anything is written; the files are written
-all or none.
+A bad NAME or schema, or a NAME that is taken, is refused before anything is written; the files
+are written all or none.
 """
 
 from __future__ import annotations
