@@ -102,6 +102,19 @@ def uv_source_args(sources: dict[str, str]) -> tuple[list[str], dict[str, str]]:
     return args, env
 
 
+def _without_constraints(args: list[str]) -> list[str]:
+    out: list[str] = []
+    skip = False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg == "--constraint":
+            skip = True
+        else:
+            out.append(arg)
+    return out
+
+
 def _pip_config(python: Path) -> dict[str, str]:
     proc = subprocess.run([str(python), "-m", "pip", "config", "list"], capture_output=True, text=True, check=False)
     return pip_sources(proc.stdout) if proc.returncode == 0 else {}
@@ -161,8 +174,11 @@ def ensure_venv(venv: Path, python: Path, requirements: Sequence[Path] = (), pac
     install = [str(uv), "pip", "install", "--quiet", "--python", str(venv_python), *sources]
     if packages:
         _run([*install, *packages], log, env)
+    # A hash-locked file pins every version itself; uv would read pip's constraints as unhashed requirements.
+    locked = [str(uv), "pip", "install", "--quiet", "--python", str(venv_python), *_without_constraints(sources),
+              "--require-hashes"]
     for path in requirements:
-        _run([*install, *(["--require-hashes"] if require_hashes else []), "-r", str(path)], log, env)
+        _run([*(locked if require_hashes else install), "-r", str(path)], log, env)
     if requirements:
         recorded = _recorded(venv)
         recorded.update(requirement_files(requirements))
