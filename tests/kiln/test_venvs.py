@@ -95,7 +95,7 @@ def test_pip_sources_take_the_variable_before_the_file() -> None:
 def test_the_record_follows_nested_files_and_notices_a_change(tmp_path: Path) -> None:
     (tmp_path / "inner.txt").write_text("rich==1\n")
     (tmp_path / "outer.txt").write_text("-r inner.txt\n-c more.txt\n")
-    with pytest.raises(venvs.VenvError, match="more.txt does not exist"):
+    with pytest.raises(venvs.VenvError, match=r"more\.txt does not exist"):
         venvs.requirement_files([tmp_path / "outer.txt"])
     (tmp_path / "more.txt").write_text("")
     venv = tmp_path / "venv"
