@@ -32,6 +32,7 @@ help:
 	@echo "make setup             what make test sets up before it runs anything: Debian packages, the dev venv,"
 	@echo "                       every local build venv"
 	@echo "make lint              ruff + mypy"
+	@echo "make venv / dev-venv   the repo venv .venv with the tool (kiln.txt) / + build, lint, test tools (dev.txt)"
 	@echo "make cibuildwheel      cibuildwheel in manylinux containers (a stand-in base where the real image"
 	@echo "                       cannot be pulled): cp311 CPU + cu130 wheels, built, repaired, audited, tested"
 	@echo "make release-rehearsal the release path on those wheels, a site on 127.0.0.1, pip/uv installs"

@@ -6,6 +6,8 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -116,3 +118,42 @@ def test_pinned_names_the_file_when_the_pin_is_missing(tmp_path: Path) -> None:
     assert venvs.pinned("uv", tmp_path / "r.txt") == "0.13.8"
     with pytest.raises(venvs.VenvError, match=r"r\.txt pins no rich==VERSION"):
         venvs.pinned("rich", tmp_path / "r.txt")
+
+
+def _kiln_venv(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
+    # A bare Python (no site-packages): `kiln venv` is how the Makefile makes .venv before any venv exists.
+    return subprocess.run([sys.executable, "-S", str(REPO / "scripts" / "kiln"), "venv", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=600, check=False)
+
+
+def test_kiln_venv_refuses_bad_input_in_one_line(tmp_path: Path) -> None:
+    for args, needle in [(["-r", str(tmp_path / "none.txt")], "no such requirement file"),
+                         (["--build", "cu999"], "no local combination 'cu999'"),
+                         ([str(tmp_path / "v"), "--build", "cpu"], "takes no PATH"),
+                         ([str(tmp_path / "v"), "-r", str(REQUIREMENTS / "kiln.txt"), "--python",
+                           str(tmp_path / "nopython")], "no interpreter at")]:
+        result = _kiln_venv(*args)
+        assert result.returncode == 2, result
+        assert needle in result.stderr and "Traceback" not in result.stderr, result.stderr
+    assert not (tmp_path / "v").exists()
+
+
+@pytest.mark.slow
+def test_kiln_venv_makes_a_venv_with_pip_and_a_second_call_is_a_no_op(tmp_path: Path) -> None:
+    """The real path: the pinned uv (.tools/uv, installed on first use), pip's sources, the record."""
+    requirements = tmp_path / "r.txt"
+    requirements.write_text(f"pip=={venvs.pinned('pip', REQUIREMENTS / 'kiln.txt')}\n"
+                            f"packaging=={_pins(REQUIREMENTS / 'kiln.txt')['packaging']}\n")
+    venv = tmp_path / "venv"
+    base = str(Path(getattr(sys, "_base_executable", sys.executable)))
+    first = _kiln_venv(str(venv), "-r", str(requirements), "--python", base)
+    assert first.returncode == 0, first.stderr
+    python = venv / "bin" / "python"
+    probe = subprocess.run([str(python), "-c", "import packaging, pip; print(packaging.__version__, pip.__version__)"],
+                           capture_output=True, text=True, check=True)
+    assert probe.stdout.split() == [_pins(REQUIREMENTS / "kiln.txt")["packaging"], venvs.pinned("pip", requirements)]
+    assert venvs.holds(venv, [requirements])
+    stamp = (venv / venvs.STAMP).stat().st_mtime_ns
+    again = _kiln_venv(str(venv), "-r", str(requirements), "--python", base)
+    assert again.returncode == 0 and "holds" in again.stderr, again.stderr
+    assert (venv / venvs.STAMP).stat().st_mtime_ns == stamp  # nothing installed, nothing rewritten
