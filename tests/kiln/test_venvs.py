@@ -157,3 +157,18 @@ def test_kiln_venv_makes_a_venv_with_pip_and_a_second_call_is_a_no_op(tmp_path: 
     again = _kiln_venv(str(venv), "-r", str(requirements), "--python", base)
     assert again.returncode == 0 and "holds" in again.stderr, again.stderr
     assert (venv / venvs.STAMP).stat().st_mtime_ns == stamp  # nothing installed, nothing rewritten
+
+
+@pytest.mark.slow
+def test_install_into_a_venv_without_the_wheels_torch_is_an_error(tmp_path: Path) -> None:
+    """`kiln wheels --install-into VENV` where no wheel is for VENV's torch (after `make wheels`, .venv has
+    none) says so and fails, instead of leaving the venv without opkiln."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    result = subprocess.run([sys.executable, str(REPO / "scripts" / "kiln"), "wheels", "--variant", "cpu",
+                             "--dist", str(tmp_path / "dist"), "--install-into", str(venv)],
+                            capture_output=True, text=True, timeout=1800, check=False)
+    assert result.returncode == 2, result.stdout + result.stderr
+    said = " ".join(result.stderr.split())  # rich wraps long lines
+    assert "nothing installed into" in said and "holds no torch" in said, said
+    assert list((tmp_path / "dist").glob("opkiln-*.whl"))  # the wheel itself was built and placed
