@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from kiln_tool.venvs import pinned
 from support.venvs import CU130_MISSING, make_venv
 
 REPO = Path(__file__).resolve().parents[2]
@@ -31,8 +32,8 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 
 
 def make_test_venv(path: Path, torch: str) -> Path:
-    """A fresh venv with torch `torch` and pytest; returns its python."""
-    return make_venv(path, torch, extra=["pytest"])
+    """A fresh venv with torch `torch` and pytest (the suite's pin); returns its python."""
+    return make_venv(path, torch, extra=[f"pytest=={pinned('pytest', REPO / 'requirements' / 'test.txt')}"])
 
 
 @pytest.fixture(scope="session", params=["2.13.0", "2.14.1"], ids=lambda v: f"torch{v}")
