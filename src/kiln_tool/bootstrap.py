@@ -3,8 +3,8 @@
 `scripts/kiln` calls run_kiln() before it imports any other part of kiln. The modules a
 command needs are read from the source: the third-party imports of the command's module
 and of every kiln_tool module it imports, lazily or not (TYPE_CHECKING blocks aside). So
-`kiln matrix`, which needs the standard library only, runs on a bare CI Python, while
-`kiln audit` without pyelftools does not start half-way. When the running Python lacks
+`kiln matrix` and `kiln venv` (which makes the repo venv), standard library only, run on a
+bare CI Python, while `kiln audit` without pyelftools does not start half-way. When the running Python lacks
 one of them, kiln re-executes itself under the repo's development venv
 (`.venv/bin/python` beside `scripts/`) if that exists and is not the running
 interpreter; otherwise it prints one line and exits 2 (unusable environment), never a
@@ -24,7 +24,7 @@ from pathlib import Path
 
 PACKAGE = "kiln_tool"
 
-# Every third-party module kiln_tool imports (requirements/dev.txt pins their
+# Every third-party module kiln_tool imports (requirements/kiln.txt pins their
 # distributions; tests/kiln/test_bootstrap.py keeps this equal to the source scan). When
 # all are importable, kiln skips the scan: the common case costs one find_spec call per module.
 KNOWN_THIRD_PARTY: tuple[str, ...] = ("elftools", "fastjsonschema", "packaging", "rich", "zstandard")
@@ -147,7 +147,7 @@ def how_to_fix(missing: Sequence[str], scripts_dir: Path) -> str:
     else:
         problem = f"{sys.executable} lacks {modules} and there is no repo venv at {venv_python}"
     return (f"kiln: {problem}; run `make venv` and use .venv/bin/python scripts/kiln, "
-            "or `python -m pip install -r requirements/dev.txt`")
+            "or `python -m pip install -r requirements/kiln.txt`")
 
 
 def _reexec_or_exit(missing: Sequence[str], script: Path, argv: Sequence[str]) -> None:

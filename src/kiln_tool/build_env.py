@@ -11,11 +11,10 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-import subprocess
 from pathlib import Path
-from typing import IO
 
 from .matrix_data import BuildSpec
+from .venvs import KILN_REQUIREMENTS, VenvError, ensure_venv, pinned
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 VENVS = REPO_ROOT / ".venvs"
@@ -50,9 +49,9 @@ def venv_path(spec: BuildSpec) -> Path:
 def ensure_build_env(spec: BuildSpec, log: Path) -> Path:
     """Create or update the build venv of `spec`; return its python.
 
-    The toolchain comes from requirements/build.lock, installed with
-    --require-hashes; torch is installed first, on its own, at the exact version.
-    A venv whose stamp is stale is updated in place, not recreated.
+    uv (kiln_tool.venvs) installs torch at the exact version and pip (at requirements/kiln.txt's
+    pin: the build is `pip wheel`) first, then the toolchain of requirements/build.lock with
+    --require-hashes. A venv whose stamp is stale is updated in place, not recreated.
     """
     venv = venv_path(spec)
     python = venv / "bin" / "python"
@@ -60,19 +59,13 @@ def ensure_build_env(spec: BuildSpec, log: Path) -> Path:
     want = _stamp_for(spec)
     if python.exists() and stamp.exists() and stamp.read_text().strip() == want:
         return python
+    venv.parent.mkdir(parents=True, exist_ok=True)
     with log.open("a") as fh:
-        if not python.exists():
-            if venv.exists():
-                shutil.rmtree(venv)
-            venv.parent.mkdir(parents=True, exist_ok=True)
-            _run([str(find_python(spec.python)), "-m", "venv", str(venv)], fh)
-        _run([str(python), "-m", "pip", "install", "--quiet", f"torch=={spec.torch}"], fh)
-        _run([str(python), "-m", "pip", "install", "--quiet", "--require-hashes", "-r", str(BUILD_LOCK)], fh)
+        try:
+            ensure_venv(venv, find_python(spec.python), packages=[f"torch=={spec.torch}",
+                                                                  f"pip=={pinned('pip', KILN_REQUIREMENTS)}"], log=fh)
+            ensure_venv(venv, python, requirements=[BUILD_LOCK], require_hashes=True, log=fh)
+        except VenvError as exc:
+            raise BuildEnvError(str(exc)) from None
     stamp.write_text(want + "\n")
     return python
-
-
-def _run(cmd: list[str], log: IO[str]) -> None:
-    proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT)
-    if proc.returncode != 0:
-        raise BuildEnvError(f"`{' '.join(cmd)}` failed (exit {proc.returncode}); see the log")

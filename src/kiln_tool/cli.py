@@ -26,6 +26,7 @@ COMMANDS: dict[str, str] = {
     "cibuildwheel": "cibuildwheel",
     "release": "release",
     "release-rehearsal": "release_rehearsal",
+    "venv": "venv",
 }
 
 

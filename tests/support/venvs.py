@@ -2,15 +2,25 @@
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
+from kiln_tool.venvs import KILN_REQUIREMENTS, ensure_venv, pinned
+
 REPO = Path(__file__).resolve().parents[2]
+
 CU130_VENV = REPO / ".venvs" / "torch2.14-cu130-py3.11"
+# Why a test of the torch 2.14.1 half skips, and how to make it run (tests/stable/conftest.py lists them).
+CU130_MISSING = (f"{CU130_VENV} is missing, so the torch 2.14.1 half did not run: create it with "
+                 "`scripts/kiln venv --build cu130` (or `make setup`)")
+
+
+def skip_without_cu130() -> None:
+    if not (CU130_VENV / "bin" / "python").exists():
+        pytest.skip(CU130_MISSING)
 
 
 def site_packages(venv: Path) -> Path:
@@ -18,21 +28,19 @@ def site_packages(venv: Path) -> Path:
 
 
 def make_venv(path: Path, torch: str, extra: Sequence[str] = ()) -> Path:
-    """A fresh venv at `path` with real torch (and the `extra` packages); returns its python.
+    """A fresh venv at `path` with real torch (and the `extra` packages) and pip; returns its python.
 
-    torch="2.13.0" pip-installs that CPU build from local disk (~30 s).
-    torch="2.14.1" reuses the CUDA build venv's torch through a .pth file
-    instead of reinstalling 3.7 GB: a fresh environment with the real torch.
+    Made by uv, as kiln makes its venvs (kiln_tool.venvs): torch="2.13.0" installs that CPU
+    build (seconds from uv's cache). torch="2.14.1" reuses the CUDA build venv's torch through
+    a .pth file instead of reinstalling 3.7 GB: a fresh environment with the real torch.
     """
-    subprocess.run([sys.executable, "-m", "venv", str(path)], check=True)
-    python = path / "bin" / "python"
-    packages = list(extra)
+    packages = [f"pip=={pinned('pip', KILN_REQUIREMENTS)}", *extra]
     if torch == "2.14.1":
-        if not CU130_VENV.exists():
-            pytest.skip(f"{CU130_VENV} is missing (make wheels VARIANT=cu130 creates it)")
-        (site_packages(path) / "torch_from_build_venv.pth").write_text(str(site_packages(CU130_VENV)) + "\n")
+        skip_without_cu130()
     else:
         packages.insert(0, f"torch=={torch}")
-    if packages:
-        subprocess.run([str(python), "-m", "pip", "install", "-q", *packages], check=True)
+    base = Path(getattr(sys, "_base_executable", sys.executable))
+    python = ensure_venv(path, base, packages=packages)
+    if torch == "2.14.1":
+        (site_packages(path) / "torch_from_build_venv.pth").write_text(str(site_packages(CU130_VENV)) + "\n")
     return python

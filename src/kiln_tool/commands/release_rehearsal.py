@@ -49,7 +49,7 @@ def execute(args: argparse.Namespace) -> int:
         return 2
     uv = _uv()
     if uv is None:
-        print("kiln release-rehearsal: no uv here (requirements/dev.txt pins it: make venv)", file=sys.stderr)
+        print("kiln release-rehearsal: no uv here (requirements/test.txt pins it: make dev-venv)", file=sys.stderr)
         return 2
     started = time.monotonic()
     try:

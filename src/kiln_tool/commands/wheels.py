@@ -66,6 +66,14 @@ def execute(args: argparse.Namespace) -> int:
                       f"{r.build_seconds:.1f} s", r.verdict)
     console.print(table)
     failed = [r for r in results if not r.ok]
+    if args.install_into is not None and not failed and not any("install" in r.steps for r in results):
+        from ..pipeline import venv_torch_version
+
+        found = venv_torch_version(args.install_into)
+        console.print(f"[red]kiln wheels: nothing installed into {args.install_into}: it holds "
+                      f"{'torch ' + found if found else 'no torch'}, and no wheel built here is for that torch "
+                      "(`make dev-venv` gives .venv torch 2.13.0, the CPU wheel's)[/]")
+        return 2
     for r in failed:
         console.print(f"[red]{r.spec.name}: {r.verdict}[/]\n{r.detail}\nlog: {r.log}")
     return 1 if failed else 0

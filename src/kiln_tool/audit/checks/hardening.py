@@ -49,6 +49,6 @@ def check_rpath(ctx: LibraryContext) -> CheckResult:
     if problems:
         return failed("rpath", f"{ctx.member}: " + "; ".join(problems) + ".",
                       "set only $ORIGIN-relative entries (CMake: INSTALL_RPATH \"$ORIGIN;$ORIGIN/../torch/lib\" with "
-                      "BUILD_WITH_INSTALL_RPATH ON), or drop them with `patchelf --remove-rpath` / auditwheel repair.")
+                      "BUILD_WITH_INSTALL_RPATH ON), or drop them with `patchelf --remove-rpath` / `kiln repair`.")
     entries = (ctx.lib.runpath or []) + (ctx.lib.rpath or [])
     return passed("rpath", "search path: " + (":".join(entries) if entries else "none"))

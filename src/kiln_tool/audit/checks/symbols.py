@@ -159,5 +159,6 @@ def check_symbol_versions(ctx: LibraryContext) -> CheckResult:
                       f"({ctx.artifact.policy_reason}): " + "; ".join(too_new) + ".",
                       f"build in a {policy.name} image (e.g. quay.io/pypa/{policy.name}_{ctx.artifact.arch}) with "
                       "its own compiler, so the binary only needs what that glibc/libstdc++ provides; or tag the "
-                      "wheel for the newer platform with auditwheel repair.")
+                      "wheel for the newer platform with `kiln repair WHEEL -w DIR` (auditwheel repair with "
+                      "torch's libraries excluded and torch's floor kept; `kiln wheels` runs it).")
     return passed("symbol-versions", f"within {policy.name} ({ctx.artifact.policy_reason})")

@@ -129,7 +129,7 @@ def check_wheel_tag(artifact: ArtifactContext) -> list[CheckResult]:
     for tag in wheel.name.platform_tags:
         claim = manylinux_policy_of_tag(tag)
         if claim is None:
-            notes.append(f"platform tag {tag} makes no manylinux claim (auditwheel repair assigns one)")
+            notes.append(f"platform tag {tag} makes no manylinux claim (`kiln repair` assigns one)")
             continue
         glibc = glibc_of_policy_name(claim[0])
         if floor is not None and glibc is not None and glibc < floor:
