@@ -182,7 +182,10 @@ def ensure_venv(venv: Path, python: Path, requirements: Sequence[Path] = (), pac
     if requirements:
         recorded = _recorded(venv)
         recorded.update(requirement_files(requirements))
-        (venv / STAMP).write_text(json.dumps(recorded, indent=1, sort_keys=True) + "\n")
+        # Replaced, not rewritten: a hard-linked copy of the venv must not change the original's record.
+        partial = venv / f"{STAMP}.partial"
+        partial.write_text(json.dumps(recorded, indent=1, sort_keys=True) + "\n")
+        partial.replace(venv / STAMP)
     return venv_python
 
 

@@ -34,7 +34,8 @@ VALUE_TESTS = {"test_matches_reference", "test_non_contiguous_inputs", "test_gra
 def test_the_doc_has_commands_and_names_its_example() -> None:
     commands = doc_commands(DOC)
     assert len(commands) >= 8
-    assert commands[0].text.startswith(".venv/bin/python scripts/kiln new-op ") and EXAMPLE in commands[0].text
+    assert commands[0].text == "make dev-venv"
+    assert commands[1].text.startswith(".venv/bin/python scripts/kiln new-op ") and EXAMPLE in commands[1].text
     assert all(c.where.startswith("adding-an-op.md:") for c in commands)
 
 
