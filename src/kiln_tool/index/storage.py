@@ -318,7 +318,7 @@ class S3Storage:
             with path.open("rb") as body:
                 # IfNoneMatch: the bucket itself refuses a key that exists (S3 conditional writes).
                 self._client.put_object(Bucket=self.bucket, Key=self.prefix + name, Body=body,
-                                        ChecksumSHA256=checksum, IfNoneMatch="*")
+                                        ChecksumAlgorithm="SHA256", ChecksumSHA256=checksum, IfNoneMatch="*")
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") in ("PreconditionFailed", "ConditionalRequestConflict"):
                 raise IndexConflictError(f"{self.where()}{name}: the bucket already holds this name") from None
