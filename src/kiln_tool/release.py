@@ -21,6 +21,10 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .index.storage import GhCli
 
 Say = Callable[[str], None]
 
@@ -67,8 +71,9 @@ def _audit(wheels: list[Path], say: Say) -> None:
 
 def run_release(dist: Path, site: Path, base_url: str, published_url: str | None, *, first_release: bool,
                 say: Say = print, storage_config: Path | None = None, repository: str | None = None,
-                tag: str | None = None) -> ReleaseResult:
-    """``storage_config``: data/storage.json when None (this repository: the release's assets)."""
+                tag: str | None = None, gh: GhCli | None = None) -> ReleaseResult:
+    """``storage_config``: data/storage.json when None (this repository: the release's assets); ``gh``: how
+    gh is run (default: `gh` on PATH)."""
     from .index import KilnIndexError, build_index
     from .index.fetch import FetchError, fetch_site
     from .index.storage import load_config, open_storage
@@ -82,7 +87,7 @@ def run_release(dist: Path, site: Path, base_url: str, published_url: str | None
     if site.exists() and any(site.iterdir()):
         raise ReleaseError("input", f"{site} is not empty: the release fetches the published site into it", 2)
     try:
-        storage = open_storage(load_config(storage_config), repository=repository, tag=tag)
+        storage = open_storage(load_config(storage_config), repository=repository, tag=tag, gh=gh)
     except KilnIndexError as exc:
         raise ReleaseError("storage", str(exc), exc.exit_code) from None
     try:

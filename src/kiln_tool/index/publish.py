@@ -639,8 +639,8 @@ def _check_stored(manifest: Manifest, storage: Storage | None, say: Callable[[st
     if storage is None:
         say(f"{len(entries)} listed wheel(s) live in storage; not checked by a run without --storage")
         return
-    checked, elsewhere = check_listed(storage, entries)
-    say(f"checked {checked} stored wheel(s) against {storage.where()}'s own listing"
+    checked, elsewhere, places = check_listed(storage, entries)
+    say(f"checked {checked} stored wheel(s) against the storage's own listing of {', '.join(places)}"
         + (f"; {elsewhere} stored elsewhere, not checked here" if elsewhere else ""))
 
 

@@ -139,14 +139,15 @@ def open_storage(config: dict[str, Any], *, repository: str | None = None, tag: 
 class GhCli:
     """The only place kiln calls ``gh``: the assets of a release, and an upload that never replaces one."""
 
-    def __init__(self, executable: str = "gh", timeout: float = 600) -> None:
+    def __init__(self, executable: str = "gh", timeout: float = 600, env: dict[str, str] | None = None) -> None:
         self.executable = executable
         self.timeout = timeout
+        self.env = env  # None: this process's environment (GH_TOKEN in the workflow)
 
     def _run(self, *args: str) -> subprocess.CompletedProcess[str]:
         try:
             return subprocess.run([self.executable, *args], capture_output=True, text=True, timeout=self.timeout,
-                                  check=False)
+                                  check=False, env=self.env)
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise StorageError(f"gh {' '.join(args[:2])}: {exc}") from None
 
@@ -421,10 +422,11 @@ def upload_all(storage: Storage, items: list[Upload], say: Callable[[str], None]
         say(f"uploaded {item.name} to {storage.where()} (read back: sha256 {item.sha256[:16]}...)")
 
 
-def check_listed(storage: Storage, entries: Iterable[tuple[str, str, int, str, bool, str]]) -> tuple[int, int]:
+def check_listed(storage: Storage,
+                 entries: Iterable[tuple[str, str, int, str, bool, str]]) -> tuple[int, int, list[str]]:
     """Every listed wheel that lives in this storage still exists there with its size (and the sha256 the
     storage reports, where its listing has one: release assets). Entries: (name, stored_at, size, sha256,
-    metadata_beside, metadata_sha256). Returns (checked, not this storage's to check)."""
+    metadata_beside, metadata_sha256). Returns (checked, not this storage's to check, places listed)."""
     listings: dict[str, dict[str, Stored] | None] = {}
     missing, altered = [], []
     checked = elsewhere = 0
@@ -453,7 +455,7 @@ def check_listed(storage: Storage, entries: Iterable[tuple[str, str, int, str, b
     if missing:
         raise IndexIntegrityError("listed wheels are missing from their storage (a page links them); refusing to "
                                   "publish until they are restored:\n  " + "\n  ".join(sorted(missing)))
-    return checked, elsewhere
+    return checked, elsewhere, sorted(p for p, listing in listings.items() if listing is not None)
 
 
 __all__ = ["BACKENDS", "DEFAULT_CONFIG", "GhCli", "GitHubReleaseStorage", "S3Storage", "Storage", "StorageError",
