@@ -64,6 +64,8 @@ def test_triggers() -> None:
     assert set(wheels["workflow_call"]["inputs"]) <= set(wheels["workflow_dispatch"]["inputs"])
     release = workflow("release.yml")["on"]
     assert set(release) == {"push"} and set(release["push"]) == {"tags"}
+    # The full verification of the published index runs on its own schedule, never on untrusted input.
+    assert set(workflow("verify-index.yml")["on"]) == {"schedule", "workflow_dispatch"}
 
 
 def _job_steps_text(wf: dict[str, Any], job: str) -> list[str]:
