@@ -108,7 +108,8 @@ def run_release(dist: Path, site: Path, base_url: str, published_url: str | None
         site.mkdir(parents=True, exist_ok=True)
         say("release: first release: the site starts empty")
     try:
-        result = build_index(dist, site, base_url, log=say, storage=storage)
+        # SITE holds the fetched manifest and no page, and is deployed whole: every page is rendered.
+        result = build_index(dist, site, base_url, log=say, storage=storage, render_all=True)
     except KilnIndexError as exc:
         raise ReleaseError("index", str(exc), exc.exit_code) from None
     except OSError as exc:

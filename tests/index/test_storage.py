@@ -139,6 +139,24 @@ def test_a_release_fetches_the_manifest_alone(backend: Backend, tmp_path: Path) 
     assert not (site / "wheels").exists()
 
 
+def test_a_site_fetched_as_its_manifest_gets_every_page_rendered(backend: Backend, tmp_path: Path) -> None:
+    """A release deploys SITE whole (GitHub Pages replaces the site): a merge into the fetched manifest renders
+    every page, those of combinations the new wheel does not touch too."""
+    make_wheel(tmp_path / "dist", version="0.1.0+pt213cpu")
+    published = tmp_path / "published"
+    _index(tmp_path / "dist", published, backend)
+    with http_server(published) as pages:
+        fetch_site(pages.url, tmp_path / "site")
+    make_wheel(tmp_path / "dist2", version="0.2.0+pt214cu130", cuda_tag="cu130", torch_major_minor="2.14",
+               torch_requirement="torch<2.15,>=2.14")
+    with environment(backend.env()):
+        build_index(tmp_path / "dist2", tmp_path / "site", BASE, audit=None, storage=backend.storage(),
+                    render_all=True)
+    rendered = {p.relative_to(tmp_path / "site").as_posix() for p in (tmp_path / "site").rglob("*.html")}
+    assert {p.relative_to(published).as_posix() for p in published.rglob("*.html")} <= rendered
+    assert {"cu130/torch2.14/index.html", "cpu/torch2.13/index.html", "simple/index.html"} <= rendered
+
+
 def test_an_existing_name_with_other_bytes_is_refused_before_any_upload(backend: Backend, tmp_path: Path) -> None:
     first = make_wheel(tmp_path / "dist", version="0.1.0+pt213cpu")
     second = make_wheel(tmp_path / "dist", version="0.2.0+pt213cpu")

@@ -212,6 +212,9 @@ def test_release_merges_onto_what_is_published(repaired_wheel: Path, serve: obje
     assert entries[newer.name]["stored_at"] == "github-release:opkiln/opkiln@v0.2.0"
     assert _assets("v0.1.0") == assets_before and newer.name in _assets("v0.2.0")
     assert not (merged / "wheels").exists()
+    # SITE is deployed whole (a Pages deployment replaces the site): every page is there, not only the changed ones.
+    pages = {p.relative_to(published) for p in published.rglob("*.html")}
+    assert pages <= {p.relative_to(merged) for p in merged.rglob("*.html")}, "a deployed release drops pages"
 
     # A rebuilt wheel under a published name: the release refuses it, and the site it fetched is left as it was.
     served = start(merged)  # type: ignore[operator]

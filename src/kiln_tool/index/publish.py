@@ -134,7 +134,8 @@ def check_apart(dist: Path, out: Path) -> None:
 
 def build_index(dist: Path, out: Path, base_url: str | None = None, *, audit: Auditor | None = kiln_audit,
                 catalog: TorchCatalog | None = None, log: Callable[[str], None] | None = None,
-                verify_published: bool = True, storage: Storage | None = None) -> IndexResult:
+                verify_published: bool = True, storage: Storage | None = None,
+                render_all: bool = False) -> IndexResult:
     """Index every wheel of ``dist`` into the site at ``out`` (created or merged).
 
     ``audit=None`` lists wheels unaudited: for synthetic wheels (benchmarks), never for a release.
@@ -142,6 +143,8 @@ def build_index(dist: Path, out: Path, base_url: str | None = None, *, audit: Au
     ``storage``: where new wheels go (index/storage.py); None: the site folder. A stored wheel is uploaded
     (never over an existing name), read back by the storage's digest, and only then listed; the site then
     holds pages and the manifest, which link it by its absolute URL.
+    ``render_all``: render every page, not only those the new wheels change (a release's SITE holds the fetched
+    manifest and no page, and is deployed whole).
     """
     say = log or (lambda _msg: None)
     base_url = normalize_base_url(base_url)
@@ -198,7 +201,8 @@ def build_index(dist: Path, out: Path, base_url: str | None = None, *, audit: Au
             new_manifest = Manifest(base_url=base_url or manifest.base_url, wheels=published)
             _accepted_by_next_run(new_manifest, [w.filename for w in to_add])
             pythons = set(catalog.pythons) | {python_support(w.python_tag)[0] for w in published.values()}
-            if in_place and pending is None and not os.path.lexists(os.path.join(out, PENDING_MARKER)):
+            if in_place and not render_all and pending is None and \
+                    not os.path.lexists(os.path.join(out, PENDING_MARKER)):
                 changed = [w for name, w in published.items() if manifest.wheels.get(name) is not w]
                 pages = _render_site(new_manifest, sorted(pythons), catalog, _pages_of(changed, manifest))
             else:
