@@ -119,7 +119,7 @@ class PublishedWheel:
                       "(a wheel in the site folder)")
         if url is not None:
             try:
-                check_base_url(url.rsplit("/", 1)[0] + "/")
+                _check_url_base(url.rsplit("/", 1)[0] + "/")  # one storage, one base: checked once
             except IndexInputError as exc:
                 raise bad(f"url: {exc}") from None
             if unquote(url.rsplit("/", 1)[1]) != filename:
@@ -163,6 +163,11 @@ def check_base_url(url: str) -> str:
         raise IndexInputError(f"--base-url {shown!r}: must be a plain http(s) URL ending in '/' (ASCII letters, "
                               "digits and URL punctuation; no query, fragment, quotes, spaces or credentials)")
     return url
+
+
+@functools.lru_cache(maxsize=1024)
+def _check_url_base(url: str) -> str:
+    return check_base_url(url)
 
 
 @dataclass

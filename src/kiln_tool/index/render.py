@@ -25,7 +25,10 @@ SIMPLE_DIR = "simple"
 
 
 def _e(text: str) -> str:
-    return escape(text, quote=True)
+    # Most values (file names, URLs, digests) have nothing to escape: five scans cost less than five copies.
+    if "&" in text or "<" in text or ">" in text or '"' in text or "'" in text:
+        return escape(text, quote=True)
+    return text
 
 
 def wheel_href(prefix: str, wheel: PublishedWheel) -> str:
