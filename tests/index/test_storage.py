@@ -194,9 +194,10 @@ def _metadata_of(wheel: Path) -> bytes:
         return archive.read(name)
 
 
-def test_a_real_interruption_of_gh_uploads_then_a_rerun(tmp_path: Path) -> None:
-    """The stand-in gh fails the second upload (a connection reset): exit 2, nothing listed; the rerun adopts
-    the one object that made it and uploads the rest."""
+@pytest.mark.parametrize("cut_after", range(4))
+def test_a_real_interruption_of_gh_uploads_then_a_rerun(tmp_path: Path, cut_after: int) -> None:
+    """The stand-in gh fails an upload (a connection reset) after each possible number of the 4 uploads (2 wheels,
+    2 METADATA files): exit 2, nothing listed; the rerun adopts what made it and uploads the rest, once."""
     with release_assets(tmp_path) as assets:
         make_wheel(tmp_path / "dist", version="0.1.0+pt213cpu")
         make_wheel(tmp_path / "dist", version="0.2.0+pt213cpu")
@@ -204,16 +205,20 @@ def test_a_real_interruption_of_gh_uploads_then_a_rerun(tmp_path: Path) -> None:
         cfg.write_text(json.dumps({"backend": "github-release"}))
         args = [sys.executable, str(KILN), "index", str(tmp_path / "dist"), str(tmp_path / "site"), "--storage",
                 str(cfg), "--repository", REPOSITORY, "--tag", TAG, "--base-url", BASE]
-        cut = subprocess.run(args, capture_output=True, text=True, env=assets.env(FAKE_GH_FAIL_AFTER="1"))
+        cut = subprocess.run(args, capture_output=True, text=True,
+                             env=assets.env(FAKE_GH_FAIL_AFTER=str(cut_after)))
         assert cut.returncode == 2, cut.stdout + cut.stderr
         assert "connection reset" in cut.stderr and "nothing written" in cut.stderr
         assert not (tmp_path / "site").exists()
-        uploaded = sorted(p.name for p in assets.release_dir(REPOSITORY, TAG).iterdir() if p.name[0] != ".")
-        assert len(uploaded) == 1
+        folder = assets.release_dir(REPOSITORY, TAG)
+        uploaded = sorted(p.name for p in folder.iterdir() if p.name[0] != ".")
+        assert len(uploaded) == cut_after
         again = subprocess.run(args, capture_output=True, text=True, env=assets.env())
         assert again.returncode == 0, again.stdout + again.stderr
-        assert f"adopted {uploaded[0]}" in again.stdout
-        assert len(_manifest(tmp_path / "site")) == 2
+        assert sorted(line.split()[1] for line in again.stdout.splitlines() if line.startswith("adopted ")) == uploaded
+        assert len([p for p in folder.iterdir() if p.name[0] != "."]) == 4
+        for entry in _manifest(tmp_path / "site").values():
+            assert hashlib.sha256(_get(entry["url"])).hexdigest() == entry["sha256"]
 
 
 def test_a_storage_that_lies_about_a_digest_gets_nothing_listed(tmp_path: Path) -> None:

@@ -14,8 +14,10 @@ layout of OUT_DIR:
   <cuda>/torch<X.Y>/index.html   pip install opkiln -f <url of this page>   (e.g. cu130/torch2.14/)
   torch-<X.Y>.0+<cuda>.html      the same, flat (pip install opkiln -f <url>)
   simple/<project>/index.html    PEP 503 simple index (pip install --index-url <url>/simple opkiln)
-  wheels/<wheel>[.metadata]      the wheels and their METADATA (PEP 658)
-  kiln-index.json                what is published, with sha256
+  wheels/<wheel>[.metadata]      the wheels and their METADATA (PEP 658), unless --storage puts
+                                 them elsewhere (docs/storage.md: release assets, an S3 bucket);
+                                 pages then link each by its absolute URL with #sha256
+  kiln-index.json                what is published, with sha256 (and each stored wheel's URL)
 
 OUT_DIR is merged, never rewritten: published wheels stay; a wheel that is the same
 distribution as a published one (normalized name, version and tags) with other bytes is
