@@ -22,6 +22,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -157,6 +158,29 @@ def test_a_site_fetched_as_its_manifest_gets_every_page_rendered(backend: Backen
     assert {"cu130/torch2.14/index.html", "cpu/torch2.13/index.html", "simple/index.html"} <= rendered
 
 
+def test_wheels_published_in_the_site_folder_stay_there_when_storage_takes_over(backend: Backend,
+                                                                              tmp_path: Path) -> None:
+    """A site from before storage: its wheels are fetched with the manifest (checked by sha256) and stay in the
+    site folder, linked relatively; new wheels go to storage, linked absolutely. Only the old ones download."""
+    old = make_wheel(tmp_path / "dist", version="0.1.0+pt213cpu")
+    published = tmp_path / "published"
+    build_index(tmp_path / "dist", published, BASE, audit=None)
+    with http_server(published) as pages:
+        stats: dict[str, int] = {}
+        assert fetch_site(pages.url, tmp_path / "site", stats=stats) == 1
+        assert stats["stored"] == 0
+    new = make_wheel(tmp_path / "dist2", version="0.2.0+pt213cpu")
+    _index(tmp_path / "dist2", tmp_path / "site", backend)
+    entries = _manifest(tmp_path / "site")
+    assert "url" not in entries[old.name] and entries[new.name]["url"].startswith(backend.wheel_host)
+    assert (tmp_path / "site" / "wheels" / old.name).read_bytes() == old.read_bytes()
+    assert not (tmp_path / "site" / "wheels" / new.name).exists() and backend.names() == sorted(
+        [new.name, f"{new.name}.metadata"])
+    page = (tmp_path / "site" / "cpu" / "torch2.13" / "index.html").read_text()
+    assert f'href="../../wheels/{quote(old.name, safe="")}#sha256=' in page
+    assert f'href="{entries[new.name]["url"]}#sha256={entries[new.name]["sha256"]}"' in page
+
+
 def test_an_existing_name_with_other_bytes_is_refused_before_any_upload(backend: Backend, tmp_path: Path) -> None:
     first = make_wheel(tmp_path / "dist", version="0.1.0+pt213cpu")
     second = make_wheel(tmp_path / "dist", version="0.2.0+pt213cpu")
@@ -215,7 +239,8 @@ def test_a_real_interruption_of_gh_uploads_then_a_rerun(tmp_path: Path, cut_afte
         assert len(uploaded) == cut_after
         again = subprocess.run(args, capture_output=True, text=True, env=assets.env())
         assert again.returncode == 0, again.stdout + again.stderr
-        assert sorted(line.split()[1] for line in again.stdout.splitlines() if line.startswith("adopted ")) == uploaded
+        assert sorted(line.split()[1].rstrip(":") for line in again.stdout.splitlines()
+                      if line.startswith("adopted ")) == uploaded
         assert len([p for p in folder.iterdir() if p.name[0] != "."]) == 4
         for entry in _manifest(tmp_path / "site").values():
             assert hashlib.sha256(_get(entry["url"])).hexdigest() == entry["sha256"]
