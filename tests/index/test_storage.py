@@ -301,9 +301,11 @@ def test_metadata_left_out_where_the_storage_does_not_serve_it(backend: Backend,
 
 # -- configuration: bad input is a clear error, exit 2, nothing written -------------------------------------
 
-JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=20),
-                    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=12), inner,
-                                                                                max_size=4), max_leaves=8)
+def _nested(inner: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    return st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=12), inner, max_size=4)
+
+
+JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=20), _nested, max_leaves=8)
 KEYS = st.sampled_from(["backend", "metadata", "repository", "tag", "bucket", "prefix", "endpoint_url", "region",
                         "public_url", "$comment", "extra"])
 VALUES = st.one_of(st.sampled_from(["site", "github-release", "s3", "S3", "", "kiln-wheels", "wheels/", "../x/",
