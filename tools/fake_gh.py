@@ -14,7 +14,7 @@ Assets live in $FAKE_GH_ROOT/R/releases/download/TAG/NAME: serve $FAKE_GH_ROOT o
 $FAKE_GH_DOWNLOAD_URL to its URL, and each asset's url is what GitHub's browser_download_url would be
 on that server. Faults, for tests: $FAKE_GH_LIE_DIGEST=NAME reports a wrong sha256 for NAME;
 $FAKE_GH_FAIL_AFTER=N makes the N+1th upload of this process tree fail (an interrupted release;
-the count lives in $FAKE_GH_ROOT/.uploads).
+the count lives in $FAKE_GH_ROOT/.uploads). $FAKE_GH_LOG=FILE appends "COMMAND SUBCOMMAND" of each call.
 """
 
 from __future__ import annotations
@@ -84,6 +84,9 @@ def _upload(repo: str, tag: str, files: list[str]) -> int:
 
 def main(argv: list[str]) -> int:
     args = list(argv)
+    if os.environ.get("FAKE_GH_LOG"):  # every call, one a line, for tests that count them
+        with Path(os.environ["FAKE_GH_LOG"]).open("a", encoding="utf-8") as log:
+            log.write(" ".join(argv[:2]) + "\n")
     if args[:1] == ["api"]:
         if len(args) > 1 and args[1].startswith("repos/") and args[1].endswith("/pages"):
             print(os.environ["FAKE_PAGES_URL"])

@@ -246,6 +246,21 @@ def test_a_real_interruption_of_gh_uploads_then_a_rerun(tmp_path: Path, cut_afte
             assert hashlib.sha256(_get(entry["url"])).hexdigest() == entry["sha256"]
 
 
+def test_a_release_asks_gh_for_the_listing_twice_whatever_it_uploads(tmp_path: Path) -> None:
+    """One listing before the uploads (what exists), one after (the read-back): not one per file (a release of
+    this matrix uploads ~324 files)."""
+    with release_assets(tmp_path) as assets:
+        for minor in range(3):
+            make_wheel(tmp_path / "dist", version=f"0.{minor + 1}.0+pt213cpu")
+        log = tmp_path / "gh.log"
+        with environment(assets.env(FAKE_GH_LOG=str(log))):
+            storage = open_storage({"backend": "github-release"}, repository=REPOSITORY, tag=TAG)
+            build_index(tmp_path / "dist", tmp_path / "site", BASE, audit=None, storage=storage)
+        calls = log.read_text().splitlines()
+        assert calls.count("release view") == 2, calls
+        assert calls.count("release upload") == 6 and calls.count("release create") == 1, calls
+
+
 def test_a_storage_that_lies_about_a_digest_gets_nothing_listed(tmp_path: Path) -> None:
     with release_assets(tmp_path) as assets:
         wheel = make_wheel(tmp_path / "dist")

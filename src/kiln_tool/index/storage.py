@@ -197,6 +197,10 @@ class GitHubReleaseStorage:
     def __init__(self, gh: GhCli, repository: str, tag: str, metadata: bool) -> None:
         self.gh, self.repository, self.tag, self.serves_metadata = gh, repository, tag, metadata
         self._urls: dict[str, str] = {}
+        # This tag's assets as last listed: one `gh release view` answers every stat until the next upload
+        # (a release of this matrix is ~324 files: one listing each would be ~324 API calls more).
+        self._own: dict[str, Stored] | None = None
+        self._exists: bool | None = None
 
     def where(self) -> str:
         return f"github-release:{self.repository}@{self.tag}"
@@ -205,8 +209,14 @@ class GitHubReleaseStorage:
         return self.where()
 
     def _assets(self, repository: str, tag: str) -> dict[str, Stored]:
+        own = (repository, tag) == (self.repository, self.tag)
+        if own and self._own is not None:
+            return self._own
         assets = self.gh.assets(repository, tag)
-        if assets is None and (repository, tag) == (self.repository, self.tag):
+        if own:
+            self._exists = assets is not None
+        if assets is None and own:
+            self._own = {}
             return {}  # this release's own tag: created with its first upload
         if assets is None:
             raise StorageError(f"{repository}: no release {tag} (create it before the wheels are uploaded)")
@@ -217,12 +227,15 @@ class GitHubReleaseStorage:
                 raise StorageError(f"gh release view {tag}: an asset without name, size or url: {str(asset)[:200]}")
             complete = asset.get("state", "uploaded") == "uploaded"
             found[name] = Stored(name, size, _sha256_of_digest(asset.get("digest"), f"{tag}/{name}"), complete)
-            if tag == self.tag and repository == self.repository:
+            if own:
                 self._urls[name] = url
+        if own:
+            self._own = found
         return found
 
     def url(self, name: str) -> str:
         if name not in self._urls:
+            self._own = None
             self._assets(self.repository, self.tag)
         if name not in self._urls:
             raise StorageError(f"{self.where()}: {name} is not attached")
@@ -235,10 +248,14 @@ class GitHubReleaseStorage:
         return _http_get(self.url(name))
 
     def put(self, name: str, path: Path, sha256: str) -> None:
-        if self.gh.assets(self.repository, self.tag) is None:
-            self.gh.create(self.repository, self.tag)
         if path.name != name:
             raise StorageError(f"{path}: a release asset is named after its file, and this one is not {name}")
+        if self._exists is None:
+            self._exists = self.gh.assets(self.repository, self.tag) is not None
+        if not self._exists:
+            self.gh.create(self.repository, self.tag)
+            self._exists = True
+        self._own = None  # the next stat lists again: a read-back is the storage's word after the upload
         self.gh.upload(self.repository, self.tag, path)
 
     def listing(self, stored_at: str) -> dict[str, Stored] | None:
@@ -413,11 +430,13 @@ def plan_uploads(storage: Storage, items: Iterable[Upload]) -> tuple[list[Upload
 
 
 def upload_all(storage: Storage, items: list[Upload], say: Callable[[str], None]) -> None:
-    """Upload each object (never over an existing name) and read its digest back; raise on the first lie."""
+    """Upload each object (never over an existing name), then read every digest back (after the last upload:
+    one listing of a release answers them all); raise on the first lie. Nothing is listed before this returns."""
     for item in items:
         if _sha256_file(item.path) != item.sha256:  # the staged copy is what was checked
             raise IndexIntegrityError(f"{item.path}: the staged copy changed since it was checked")
         storage.put(item.name, item.path, item.sha256)
+    for item in items:
         _read_back(storage, item, storage.stat(item.name))
         say(f"uploaded {item.name} to {storage.where()} (read back: sha256 {item.sha256[:16]}...)")
 
