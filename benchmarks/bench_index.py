@@ -7,8 +7,17 @@ combinations of data/matrix.json (plus stable-ABI ones), then times:
            wheel verified by sha256 (the default), and the files it wrote (target: O(new wheels));
   merge-sizes - the same with --trust-published-sizes (published files checked by size only);
   verify - the sha256 verification of the 10,000 published wheels alone (what the default costs);
-  rerun  - the same DIST again (nothing new).
-Target for a merge without verification: under 1 s.
+  rerun  - the same DIST again (nothing new);
+  release-before - today's release onto that index, wheels in the site folder: fetch the whole published
+           site (manifest, every wheel and METADATA over loopback HTTP), merge 1 wheel, deploy it all;
+  release-after  - the release with the wheels in storage (index/storage.py): fetch the manifest alone,
+           check the listing, upload 1 wheel and its METADATA, read them back, render every page.
+           The storage is an in-process stand-in for a bucket (a folder; its listing has sizes, no
+           sha256, like S3's), so the time is kiln's own; a real storage adds its round trips
+           (one listing per bucket or release tag, then 3 calls per uploaded file).
+  Bytes a release downloads and uploads, before and after, are printed for both, measured; and projected
+  for the issue's real sizes (a release of 162 wheels, about 125 MB).
+Target for a merge without verification, and for release-after: under 1 s.
 Wall time depends on the disk (creating 20,000 files) and on what else runs;
 the CPU time printed beside it does not. The audit is left out (synthetic wheels have no extension to audit; the real
 audit runs per new wheel in `kiln index`), and so is making the wheels.
@@ -19,13 +28,17 @@ audit runs per new wheel in `kiln index`), and so is making the wheels.
 from __future__ import annotations
 
 import argparse
+import http.server
+import json
 import os
 import resource
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
+from urllib.parse import quote
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
@@ -34,8 +47,10 @@ sys.path.insert(0, str(REPO / "tests"))
 from index.synthetic_wheels import make_wheel  # noqa: E402
 from kiln_tool.index import build_index  # noqa: E402
 from kiln_tool.index.combos import TorchCatalog  # noqa: E402
+from kiln_tool.index.fetch import fetch_site  # noqa: E402
 from kiln_tool.index.manifest import load_manifest  # noqa: E402
 from kiln_tool.index.publish import _check_published_files  # noqa: E402
+from kiln_tool.index.storage import Stored  # noqa: E402
 
 TARGET_S = 3.0
 MERGE_TARGET_S = 1.0
@@ -99,6 +114,156 @@ def timed(label: str, dist: Path, out: Path, catalog: TorchCatalog, verify: bool
     return elapsed
 
 
+class FolderBucket:
+    """A stand-in for a bucket, in-process (index/storage.py's protocol): objects are files of one folder;
+    its listing reports sizes and no sha256 (as S3's list_objects_v2), its HEAD no checksum (bytes are read back).
+    Never over an existing name (O_EXCL), like a conditional PUT."""
+
+    backend = "s3"
+    serves_metadata = True
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.read_back_bytes = 0
+        self.uploaded_bytes = 0
+
+    def where(self) -> str:
+        return "s3:bench-bucket/"
+
+    def stored_at(self, name: str) -> str:
+        return f"s3:bench-bucket/{name}"
+
+    def url(self, name: str) -> str:
+        return f"https://wheels.example.invalid/{quote(name, safe='')}"
+
+    def stat(self, name: str) -> Stored | None:
+        try:
+            return Stored(name, os.stat(self.folder / name).st_size, None)
+        except FileNotFoundError:
+            return None
+
+    def read(self, name: str) -> bytes:
+        data = (self.folder / name).read_bytes()
+        self.read_back_bytes += len(data)
+        return data
+
+    def put(self, name: str, path: Path, sha256: str) -> None:
+        data = path.read_bytes()
+        fd = os.open(self.folder / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        self.uploaded_bytes += len(data)
+
+    def listing(self, stored_at: str) -> dict[str, Stored] | None:
+        if not stored_at.startswith(self.where()):
+            return None
+        with os.scandir(self.folder) as scan:
+            return {e.name: Stored(e.name, e.stat().st_size, None) for e in scan}
+
+
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+def _serve(directory: Path) -> tuple[http.server.ThreadingHTTPServer, str]:
+    server = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), lambda *a, **kw: _Quiet(*a, directory=str(directory), **kw))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}/"
+
+
+def _tree_bytes(root: Path) -> tuple[int, int]:
+    """(bytes, files) under root."""
+    total = count = 0
+    for directory, _dirs, files in os.walk(root):
+        for name in files:
+            total += os.stat(os.path.join(directory, name)).st_size
+            count += 1
+    return total, count
+
+
+def _mb(n: float) -> str:
+    return f"{n / 1e6:,.2f} MB" if n >= 1e5 else f"{int(n):,} bytes"
+
+
+def release_bench(root: Path, published_site: Path, catalog: TorchCatalog) -> tuple[float, float]:
+    """release-before and release-after on the same published index; prints the bytes each moves."""
+    new_dist = root / "release-dist"
+    make_wheel(new_dist, version="9.9.11+pt213cpu")
+    new_bytes = sum(p.stat().st_size for p in new_dist.iterdir())
+
+    # Before: the site folder holds every wheel; a release fetches it all, merges, and deploys it all.
+    server, url = _serve(published_site)
+    try:
+        stats: dict[str, int] = {}
+        start = time.perf_counter()
+        site = root / "release-before"
+        fetch_site(url, site, stats=stats)
+        fetched_s = time.perf_counter() - start
+        build_index(new_dist, site, "https://example.invalid/wheels/", audit=None, catalog=catalog, render_all=True)
+        before_s = time.perf_counter() - start
+    finally:
+        server.shutdown()
+        server.server_close()
+    before_down = stats["bytes"]
+    deploy_before, files_before = _tree_bytes(site)
+    assets_before = new_bytes  # the old release job also attached the new wheels as release assets
+    print(f"release-before {before_s:6.2f} s wall ({fetched_s:.2f} s of it fetching {stats['listed']} wheels and "
+          f"their METADATA over loopback HTTP)")
+    print(f"       downloads {_mb(before_down)} (manifest + every wheel + METADATA); uploads "
+          f"{_mb(deploy_before + assets_before)} (the whole site, {files_before} files, to Pages + the new wheel "
+          f"as a release asset)")
+
+    # After: the same wheels in storage (moved into the stand-in bucket), the published site is pages + manifest.
+    bucket = root / "bucket"
+    os.rename(published_site / "wheels", bucket)
+    doc = json.loads((published_site / "kiln-index.json").read_text())
+    storage = FolderBucket(bucket)
+    for entry in doc["wheels"]:
+        entry.update(url=storage.url(entry["filename"]), stored_at=storage.stored_at(entry["filename"]),
+                     metadata_beside=True)
+    (published_site / "kiln-index.json").write_text(json.dumps(doc, sort_keys=True))
+    server, url = _serve(published_site)
+    try:
+        stats = {}
+        start, before_ru = time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF)
+        site = root / "release-after"
+        fetch_site(url, site, stats=stats)
+        fetched_s = time.perf_counter() - start
+        result = build_index(new_dist, site, "https://example.invalid/wheels/", audit=None, catalog=catalog,
+                             storage=storage, render_all=True)
+        after_s = time.perf_counter() - start
+        after_ru = resource.getrusage(resource.RUSAGE_SELF)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert [w.filename for w in result.added] == [p.name for p in new_dist.iterdir()]
+    assert not (site / "wheels").exists()
+    deploy_after, files_after = _tree_bytes(site)
+    user, system = after_ru.ru_utime - before_ru.ru_utime, after_ru.ru_stime - before_ru.ru_stime
+    print(f"release-after  {after_s:6.2f} s wall, CPU {user:5.2f} s user + {system:5.2f} s system "
+          f"({fetched_s:.2f} s of it fetching the manifest; {result.total} listed)")
+    print(f"       downloads {_mb(stats['bytes'] + storage.read_back_bytes)} (the manifest, {_mb(stats['bytes'])}; "
+          f"read-back of what it uploaded, {_mb(storage.read_back_bytes)}); uploads "
+          f"{_mb(storage.uploaded_bytes + deploy_after)} (the new wheel + METADATA to storage, "
+          f"{_mb(storage.uploaded_bytes)}; pages + manifest, {files_after} files, to Pages, {_mb(deploy_after)})")
+
+    # The issue's real sizes: one release = 162 wheels, about 125 MB (METADATA is a few KB each).
+    per_entry = stats["bytes"] / result.total
+    pages_per_wheel = deploy_after / result.total
+    print("projected for real wheels (162 a release, 125 MB a release), after R releases of the matrix:")
+    for releases in (1, 8, 62):
+        listed = 162 * releases
+        down_before, up_before = 125e6 * releases, 125e6 * (releases + 1) + pages_per_wheel * listed + 125e6
+        down_after, up_after = per_entry * listed, 125e6 + pages_per_wheel * listed
+        print(f"  R={releases:3d} ({listed:6,d} wheels listed): before downloads {_mb(down_before)}, uploads "
+              f"{_mb(up_before)}; after downloads {_mb(down_after)} (the manifest), uploads {_mb(up_after)}")
+    print("  (after: + the new wheels' bytes read back where the storage reports no sha256; release assets and S3 "
+          "objects uploaded with their checksum report one, so nothing is read back)")
+    return before_s, after_s
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--wheels", type=int, default=10_000)
@@ -142,8 +307,11 @@ def main() -> int:
         if args.keep:
             shutil.rmtree(args.keep, ignore_errors=True)
             shutil.copytree(out, args.keep)
+        _before_s, after_s = release_bench(root, out, catalog)
     print(f"merge of 1 wheel into {args.wheels} without verification: {merge_sizes:.2f} s "
           f"(target {MERGE_TARGET_S:.0f} s): {'ok' if merge_sizes <= MERGE_TARGET_S else 'TOO SLOW'}")
+    print(f"release of 1 wheel onto {args.wheels} in storage, manifest-only fetch: {after_s:.2f} s "
+          f"(target {MERGE_TARGET_S:.0f} s): {'ok' if after_s <= MERGE_TARGET_S else 'TOO SLOW'}")
     verdict = "ok" if fresh <= TARGET_S else "TOO SLOW"
     print(f"{args.wheels} wheels indexed in {fresh:.2f} s best, {median:.2f} s median of {len(runs)} "
           f"(target {TARGET_S:.0f} s): {verdict}")

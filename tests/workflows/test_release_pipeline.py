@@ -1,8 +1,9 @@
 """The release path of the workflows, run here: cibuildwheel's repair-wheel-command, then release.yml's
-`kiln release` step (torch ABIs, release audit, fetch of the published site, merge), with the published site
-served over loopback HTTP and `gh` answering for GitHub.
+`kiln release` step (torch ABIs, release audit, fetch of the published manifest, upload of the wheels as
+release assets, merge), with the published site served over loopback HTTP and a stand-in `gh`
+(tools/fake_gh.py, not GitHub's CLI) keeping the release assets in a folder served by a second server.
 
-GitHub-only steps (Pages deployment, attestations, release assets) are left out; every repo script the
+GitHub-only steps (Pages deployment, attestations) are left out; every repo script the
 index job calls runs here as written. `make release-rehearsal` runs the same `kiln release` on real
 cibuildwheel wheels and installs them with pip and uv (docs/containers.md).
 """
@@ -131,19 +132,25 @@ def test_the_repair_command_fails_a_wheel_above_the_release_floor(cpu_wheel: Pat
     assert finding in " ".join(result.stdout.split())
 
 
-def _fake_gh(bin_dir: Path) -> Path:
-    """A `gh` that answers what release.yml asks it: the Pages URL and how many other releases exist."""
-    bin_dir.mkdir(parents=True, exist_ok=True)
-    gh = bin_dir / "gh"
-    gh.write_text('#!/usr/bin/env bash\ncase "$1 $2" in\n  "api repos/"*) echo "$FAKE_PAGES_URL" ;;\n'
-                  '  "release list") echo "$FAKE_EARLIER_RELEASES" ;;\n  *) echo "gh: unexpected $*" >&2; exit 9 ;;\n'
-                  "esac\n")
-    gh.chmod(0o755)
+def _fake_gh(tmp: Path, serve: object) -> Path:
+    """The stand-in gh (tools/fake_gh.py) on PATH: the Pages URL, how many other releases exist, and release
+    assets kept in tmp/assets, served by their own loopback server (FAKE_GH_* in the environment)."""
+    bin_dir = tmp / "bin"
+    subprocess.run([sys.executable, str(REPO / "tools" / "fake_gh.py"), "install", str(bin_dir)], check=True)
+    (tmp / "assets").mkdir(parents=True)
+    os.environ["FAKE_GH_ROOT"] = str(tmp / "assets")
+    os.environ["FAKE_GH_DOWNLOAD_URL"] = serve(tmp / "assets")  # type: ignore[operator]
     return bin_dir
 
 
+@pytest.fixture(autouse=True)
+def _no_fake_gh_leaks(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("FAKE_GH_ROOT", raising=False)  # restored after each test, set by _fake_gh
+    monkeypatch.delenv("FAKE_GH_DOWNLOAD_URL", raising=False)
+
+
 def _release(workspace: Path, url: str, earlier: int, bin_dir: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    """release.yml's index job step, as written, with `gh` answering for GitHub."""
+    """release.yml's index job step, as written, with the stand-in `gh` answering for GitHub."""
     script = _release_step("scripts/kiln release")
     path = f"{bin_dir}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
     return subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=workspace, capture_output=True, text=True,
@@ -152,9 +159,14 @@ def _release(workspace: Path, url: str, earlier: int, bin_dir: Path, **env: str)
                                **env})
 
 
+def _assets(tag: str) -> dict[str, bytes]:
+    folder = Path(os.environ["FAKE_GH_ROOT"]) / "opkiln" / "opkiln" / "releases" / "download" / tag
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if not p.name.startswith(".")}
+
+
 def test_release_merges_onto_what_is_published(repaired_wheel: Path, serve: object, tmp_path: Path) -> None:
     start = serve  # type: ignore[assignment]
-    bin_dir = _fake_gh(tmp_path / "bin")
+    bin_dir = _fake_gh(tmp_path / "gh", serve)
 
     # First release: nothing published yet (404). Only the first release may start from an empty site.
     nothing = tmp_path / "nothing-published"
@@ -169,32 +181,52 @@ def test_release_merges_onto_what_is_published(repaired_wheel: Path, serve: obje
     published = first / "site"
     manifest = json.loads((published / "kiln-index.json").read_text())
     assert [w["filename"] for w in manifest["wheels"]] == [repaired_wheel.name]
+    # The wheel is an asset of v0.1.0 (with its METADATA), read back and linked; the site holds no wheel.
+    assets = _assets("v0.1.0")
+    assert sorted(assets) == [repaired_wheel.name, f"{repaired_wheel.name}.metadata"]
+    assert assets[repaired_wheel.name] == repaired_wheel.read_bytes()
+    metadata_sha256 = hashlib.sha256(assets[f"{repaired_wheel.name}.metadata"]).hexdigest()
+    assert metadata_sha256 == manifest["wheels"][0]["metadata_sha256"]
+    assert manifest["wheels"][0]["url"].startswith(os.environ["FAKE_GH_DOWNLOAD_URL"])
+    assert not (published / "wheels").exists()
 
-    # Second release: fetch what is published, add a newer wheel; the published one stays byte for byte.
+    # Second release: fetch the published manifest alone, add a newer wheel as an asset of v0.2.0; the published
+    # entry and asset stay byte for byte.
     version = repaired_wheel.name.split("-")[1]
     plain = _without_directory_entries(repaired_wheel, tmp_path / "plain")
     newer = reversion(plain, tmp_path / "newer", version.replace(version.split("+")[0], "9.9.9"))
     second = _workspace(tmp_path / "second", [newer])
     url = start(published)  # type: ignore[operator]
-    result = _release(second, url, 1, bin_dir)
+    assets_before = _assets("v0.1.0")
+    result = _release(second, url, 1, bin_dir, TAG="v0.2.0")
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "fetched 1 published wheel(s)" in result.stdout
+    manifest_bytes = (published / "kiln-index.json").stat().st_size
+    assert (f"fetched 0 published wheel(s) from {url} ({manifest_bytes} bytes; 1 listed wheel(s) live in storage"
+            in result.stdout), result.stdout
+    assert "checked 1 stored wheel(s) against the storage's own listing of github-release:opkiln/opkiln@v0.1.0" \
+        in result.stdout
     merged = second / "site"
-    names = sorted(w["filename"] for w in json.loads((merged / "kiln-index.json").read_text())["wheels"])
-    assert names == sorted([repaired_wheel.name, newer.name])
-    old = (merged / "wheels" / repaired_wheel.name).read_bytes()
-    assert old == (published / "wheels" / repaired_wheel.name).read_bytes()
+    entries = {w["filename"]: w for w in json.loads((merged / "kiln-index.json").read_text())["wheels"]}
+    assert sorted(entries) == sorted([repaired_wheel.name, newer.name])
+    assert entries[repaired_wheel.name] == manifest["wheels"][0]
+    assert entries[newer.name]["stored_at"] == "github-release:opkiln/opkiln@v0.2.0"
+    assert _assets("v0.1.0") == assets_before and newer.name in _assets("v0.2.0")
+    assert not (merged / "wheels").exists()
+    # SITE is deployed whole (a Pages deployment replaces the site): every page is there, not only the changed ones.
+    pages = {p.relative_to(published) for p in published.rglob("*.html")}
+    assert pages <= {p.relative_to(merged) for p in merged.rglob("*.html")}, "a deployed release drops pages"
 
     # A rebuilt wheel under a published name: the release refuses it, and the site it fetched is left as it was.
     served = start(merged)  # type: ignore[operator]
     third = _workspace(tmp_path / "third", [rezip(repaired_wheel, tmp_path / "rebuilt")])
-    result = _release(third, served, 2, bin_dir)
+    result = _release(third, served, 2, bin_dir, TAG="v0.3.0")
     assert result.returncode == 1, result.stdout + result.stderr
     assert "a published wheel is never replaced" in result.stderr
     fetched = {p.relative_to(third / "site"): p.read_bytes() for p in (third / "site").rglob("*") if p.is_file()}
     assert fetched == {p.relative_to(merged): p.read_bytes() for p in merged.rglob("*")
                        if p.is_file() and p.relative_to(merged) in fetched}
     assert fetched[Path("kiln-index.json")] == (merged / "kiln-index.json").read_bytes()
+    assert _assets("v0.1.0") == assets_before, "the published asset is never replaced"
 
     # A wheel above the release floor never reaches the fetch: the audit stops the release first.
     fourth = _workspace(tmp_path / "fourth", [newer])
@@ -271,7 +303,7 @@ def test_release_audits_wheels_of_torches_that_are_not_installed(repaired_wheel:
     """release.yml's index job has only requirements/dev.txt's torch (2.13 CPU): the CUDA 13.0 wheel built
     for torch 2.14.1 is audited (by the release audit and inside the merge) against the recorded torch ABI."""
     start = serve  # type: ignore[assignment]
-    bin_dir = _fake_gh(tmp_path / "bin")
+    bin_dir = _fake_gh(tmp_path / "gh", serve)
     audit = "python scripts/kiln audit dist/*.whl"
     only_dev_torch = {"OPKILN_AUDIT_TORCH_SEARCH": "interpreter"}
     nothing = tmp_path / "nothing-published"

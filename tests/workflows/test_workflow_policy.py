@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
 import pytest
 
-from workflows.workflow_files import WORKFLOWS, load, steps, workflow
+from workflows.workflow_files import REPO, WORKFLOWS, load, steps, workflow
 
 PINNED = re.compile(r"^[\w.-]+/[\w.-]+(/[\w./-]+)?@[0-9a-f]{40}$")
 WRITE_ALLOWED = {
     # (workflow, job): the scopes it may write, and why
-    ("release.yml", "release"): {"contents", "id-token", "attestations"},  # release assets + provenance
+    ("release.yml", "index"): {"contents"},  # kiln release uploads the wheels as the tag's release assets
+    ("release.yml", "release"): {"id-token", "attestations"},  # build provenance of those assets
     ("release.yml", "deploy"): {"pages", "id-token"},  # GitHub Pages deployment
 }
 
@@ -62,6 +64,8 @@ def test_triggers() -> None:
     assert set(wheels["workflow_call"]["inputs"]) <= set(wheels["workflow_dispatch"]["inputs"])
     release = workflow("release.yml")["on"]
     assert set(release) == {"push"} and set(release["push"]) == {"tags"}
+    # The full verification of the published index runs on its own schedule, never on untrusted input.
+    assert set(workflow("verify-index.yml")["on"]) == {"schedule", "workflow_dispatch"}
 
 
 def _job_steps_text(wf: dict[str, Any], job: str) -> list[str]:
@@ -97,10 +101,14 @@ def test_release_merges_onto_the_published_site_and_never_replaces_a_wheel() -> 
     assert "--base-url" in index[step]
     assert not any("scripts/kiln index" in t or "scripts/kiln audit" in t or "fetch_published_site" in t
                    for t in index), "the index job runs kiln release, not its steps one by one"
+    # The wheels' storage is the tag's release assets (data/storage.json), written only by kiln release: upload,
+    # read back by digest, then listed. No step uploads an asset behind its back, none with --clobber.
+    assert json.loads((REPO / "data" / "storage.json").read_text())["backend"] == "github-release"
+    assert 'storage=(--storage data/storage.json --repository "$GITHUB_REPOSITORY" --tag "$TAG")' in index[step]
+    assert 'scripts/kiln release dist site --base-url "$pages_url" "${storage[@]}"' in index[step]
     release = _job_steps_text(wf, "release")
-    attest = next(i for i, t in enumerate(release) if t.startswith("actions/attest-build-provenance@"))
-    upload = next(i for i, t in enumerate(release) if "gh release upload" in t)
-    assert attest < upload
+    assert any(t.startswith("actions/attest-build-provenance@") for t in release)
+    assert not any("gh release upload" in t or "gh release create" in t for t in index + release)
     assert all("--clobber" not in t for t in index + release)
     assert wf["jobs"]["deploy"]["needs"] == ["index", "release"]
     assert wf["jobs"]["index"]["needs"] == ["wheels-torch", "wheels-stable"]

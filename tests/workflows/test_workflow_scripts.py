@@ -25,6 +25,7 @@ RUN_BY = {
     "scripts/kiln release": "tests/workflows/test_release_pipeline.py",
     "scripts/kiln torch-runtime": "tests/containers/test_torch_runtime.py",
     "tools/fetch_published_site.py": "tests/workflows/test_release_pipeline.py",
+    "tools/verify_published.py": "tests/index/test_verify_published.py",
     "tools/actionlint/lint.cjs": "tests/workflows/test_workflow_lint.py",
     "make test": ".ci/run",  # make test is how the suite itself is run
 }

@@ -14,8 +14,10 @@ layout of OUT_DIR:
   <cuda>/torch<X.Y>/index.html   pip install opkiln -f <url of this page>   (e.g. cu130/torch2.14/)
   torch-<X.Y>.0+<cuda>.html      the same, flat (pip install opkiln -f <url>)
   simple/<project>/index.html    PEP 503 simple index (pip install --index-url <url>/simple opkiln)
-  wheels/<wheel>[.metadata]      the wheels and their METADATA (PEP 658)
-  kiln-index.json                what is published, with sha256
+  wheels/<wheel>[.metadata]      the wheels and their METADATA (PEP 658), unless --storage puts
+                                 them elsewhere (docs/storage.md: release assets, an S3 bucket);
+                                 pages then link each by its absolute URL with #sha256
+  kiln-index.json                what is published, with sha256 (and each stored wheel's URL)
 
 OUT_DIR is merged, never rewritten: published wheels stay; a wheel that is the same
 distribution as a published one (normalized name, version and tags) with other bytes is
@@ -35,6 +37,12 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--base-url", metavar="URL", default=None,
                         help="public URL OUT_DIR is served at, for the commands on the landing page "
                              "(kept for later runs; links between pages are relative either way)")
+    parser.add_argument("--storage", type=Path, default=None, metavar="FILE",
+                        help="where new wheels go (docs/storage.md: site, github-release, s3); default: the site "
+                             "folder (wheels/ in OUT_DIR)")
+    parser.add_argument("--repository", default=None, metavar="OWNER/NAME",
+                        help="github-release storage: the repository (default: $GITHUB_REPOSITORY)")
+    parser.add_argument("--tag", default=None, help="github-release storage: the release's tag (default: $TAG)")
     parser.add_argument("--trust-published-sizes", action="store_true",
                         help="check published wheels by size only instead of sha256 (faster on huge sites; "
                              "a same-size alteration then goes unnoticed: see docs/security.md)")
@@ -43,10 +51,14 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 def execute(args: argparse.Namespace) -> int:
     from kiln_tool.index import KilnIndexError, build_index
     from kiln_tool.index.publish import MergeCutShortError
+    from kiln_tool.index.storage import load_config, open_storage
 
     try:
+        storage = None
+        if args.storage is not None:
+            storage = open_storage(load_config(args.storage), repository=args.repository, tag=args.tag)
         result = build_index(args.dist, args.out, args.base_url, log=print,
-                             verify_published=not args.trust_published_sizes)
+                             verify_published=not args.trust_published_sizes, storage=storage)
     except MergeCutShortError as exc:  # the site changed: the message says exactly how far
         print(f"kiln index: {exc}", file=sys.stderr)
         return exc.exit_code

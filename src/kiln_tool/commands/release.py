@@ -1,7 +1,9 @@
-"""kiln release DIST SITE --base-url URL (--published URL | --first-release): the release path of release.yml.
+"""kiln release DIST SITE --base-url URL (--published URL | --first-release) [--storage FILE --repository R --tag T]
 
 Records the torch ABIs the wheels need, audits them with the release rules, fetches the published
-site into SITE (checked by sha256) and merges the wheels into it. release.yml runs exactly this;
+site's manifest into SITE (and any wheel it still keeps in the site folder, checked by sha256), uploads
+the new wheels to the storage data/storage.json names (default: the assets of the release of --tag),
+reads each back by the storage's digest, and only then lists them in SITE. release.yml runs exactly this;
 `kiln release-rehearsal` runs it here against a site served on 127.0.0.1.
 exit codes: 0 released, 1 refused (audit, a published name with other bytes, a published file
 that does not match its manifest), 2 unusable input.
@@ -24,6 +26,11 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                         help="the published site to merge onto (default: --base-url)")
     parser.add_argument("--first-release", action="store_true",
                         help="nothing is published yet: a missing manifest (HTTP 404) starts an empty site")
+    parser.add_argument("--storage", type=Path, default=None, metavar="FILE",
+                        help="where wheels live (docs/storage.md; default: data/storage.json, the release assets)")
+    parser.add_argument("--repository", default=None, metavar="OWNER/NAME",
+                        help="github-release storage: the repository (default: $GITHUB_REPOSITORY)")
+    parser.add_argument("--tag", default=None, help="github-release storage: the release's tag (default: $TAG)")
 
 
 def execute(args: argparse.Namespace) -> int:
@@ -31,10 +38,12 @@ def execute(args: argparse.Namespace) -> int:
 
     try:
         result = run_release(args.dist, args.site, args.base_url, args.published or args.base_url,
-                             first_release=args.first_release)
+                             first_release=args.first_release, storage_config=args.storage,
+                             repository=args.repository, tag=args.tag)
     except ReleaseError as exc:
         print(f"kiln release: {exc}", file=sys.stderr)
         return exc.exit_code
-    print(f"kiln release: {len(result.added)} wheel(s) added, {len(result.unchanged)} already published, "
-          f"{result.fetched} fetched; {args.site} is ready to deploy")
+    print(f"kiln release: {len(result.added)} wheel(s) added ({len(result.uploaded)} uploaded to storage), "
+          f"{len(result.unchanged)} already published, {result.fetched} fetched ({result.downloaded_bytes} bytes "
+          f"downloaded); {args.site} is ready to deploy")
     return 0

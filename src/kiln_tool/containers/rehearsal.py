@@ -1,8 +1,11 @@
 """The release rehearsal: the release path on real cibuildwheel wheels, then installs as a user would.
 
 1. `kiln release` (the same code release.yml runs) on the wheels of `kiln cibuildwheel`: the torch
-   ABIs, the release audit, the fetch of the published site (served by a real HTTP server on
-   127.0.0.1, empty at first) and the merge; the result is "deployed" to that server.
+   ABIs, the release audit, the fetch of the published manifest (served by a real HTTP server on
+   127.0.0.1, empty at first), the upload of the wheels as release assets through the same gh
+   interface (kiln_tool.index.storage.GhCli) running the stand-in gh (tools/fake_gh.py; no GitHub
+   here), its assets served by a second HTTP server, and the merge; the pages are "deployed" to the
+   first server, and link the wheels on the second.
 2. For each wheel, in a fresh container of the runtime image (no compiler, no build tools; the host's
    network, so 127.0.0.1 is the server), `pip install opkiln -f <its combination's page>` and
    `uv pip install opkiln -f <page>` into new venvs, each resolving torch itself from the package
@@ -19,6 +22,8 @@ import json
 import os
 import shlex
 import shutil
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -26,6 +31,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..index.storage import GhCli
 from ..op_smoke import EXERCISE_ALL_OPS, samples_json
 from ..release import ReleaseError, run_release
 from .cibw import HOST_MOUNT, host_pip_sources
@@ -34,6 +40,17 @@ from .images import Base
 
 Say = Callable[[str], None]
 CONTAINER_PYTHON = "/opt/python/cp311-cp311/bin/python"
+REPO = Path(__file__).resolve().parents[3]
+REPOSITORY = "opkiln/opkiln"
+
+
+def stand_in_gh(work: Path, assets: Path, assets_url: str) -> GhCli:
+    """The gh interface kiln release uses, running tools/fake_gh.py (a stand-in, not GitHub's CLI)."""
+    bin_dir = work / "stand-in-gh"
+    subprocess.run([sys.executable, str(REPO / "tools" / "fake_gh.py"), "install", str(bin_dir)], check=True,
+                   capture_output=True)
+    env = {**os.environ, "FAKE_GH_ROOT": str(assets), "FAKE_GH_DOWNLOAD_URL": assets_url}
+    return GhCli(executable=str(bin_dir / "gh"), env=env)
 
 
 class _Quiet(http.server.SimpleHTTPRequestHandler):
@@ -200,27 +217,35 @@ def rehearse(engine: Engine, base: Base, wheels: Path, rebuilt: Path, work: Path
         shutil.rmtree(work)
     published = work / "published"
     published.mkdir(parents=True)
+    assets = work / "release-assets"
+    assets.mkdir()
     summary: dict[str, object] = {}
-    with serve(published) as url:
-        say(f"rehearsal: the published site is served at {url} (empty: nothing published yet)")
+    with serve(published) as url, serve(assets) as assets_url:
+        say(f"rehearsal: the published site is served at {url} (empty: nothing published yet); release assets "
+            f"(stand-in gh) at {assets_url}")
+        gh = stand_in_gh(work, assets, assets_url)
         started = time.monotonic()
         try:
-            first = run_release(wheels, work / "site-1", url, url, first_release=True, say=say)
+            first = run_release(wheels, work / "site-1", url, url, first_release=True, say=say,
+                                repository=REPOSITORY, tag="v0.0.0-rehearsal.1", gh=gh)
         except ReleaseError as exc:
             raise ContainerError(f"the release path failed at {exc}") from None
+        if (work / "site-1" / "wheels").exists() or len(first.uploaded) != len(first.added):
+            raise ContainerError("the release left wheels in the site instead of uploading them as release assets")
+        stored = assets / REPOSITORY / "releases" / "download" / "v0.0.0-rehearsal.1"
         deploy(work / "site-1", published)
         summary["release_seconds"] = round(time.monotonic() - started, 1)
         summary["added"] = list(first.added)
         installs = []
         for wheel, page in sorted(_pages(published).items()):
-            installs += install_as_user(engine, base, uv, url, wheel, page, log, say,
-                                        published / "wheels" / wheel)
+            installs += install_as_user(engine, base, uv, url, wheel, page, log, say, stored / wheel)
         summary["installs"] = [{"wheel": r.wheel, "page": r.page, "installer": r.installer,
                                 "seconds": round(r.seconds, 1), "torch": r.output.get("torch"),
                                 "version": r.output.get("version")} for r in installs]
-        before = tree_digest(published)
+        before = tree_digest(published) | tree_digest(assets)
         try:
-            run_release(rebuilt, work / "site-2", url, url, first_release=False, say=say)
+            run_release(rebuilt, work / "site-2", url, url, first_release=False, say=say, repository=REPOSITORY,
+                        tag="v0.0.0-rehearsal.2", gh=gh)
         except ReleaseError as exc:
             if exc.exit_code != 1 or exc.step != "index":
                 raise ContainerError(f"the rebuilt wheel was refused for the wrong reason: {exc}") from None
@@ -228,7 +253,8 @@ def rehearse(engine: Engine, base: Base, wheels: Path, rebuilt: Path, work: Path
             summary["rebuilt_refused"] = str(exc)
         else:
             raise ContainerError("the release path accepted a rebuilt wheel under a published name")
-        if tree_digest(published) != before:
-            raise ContainerError("the published site changed although the rebuilt wheel was refused")
+        if tree_digest(published) | tree_digest(assets) != before:
+            raise ContainerError("the published site or its release assets changed although the rebuilt wheel "
+                                 "was refused")
         summary["site_unchanged"] = True
     return summary

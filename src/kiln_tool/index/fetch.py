@@ -1,8 +1,12 @@
 """Fetch what the published wheel site holds, so `kiln index` merges onto it.
 
 A GitHub Pages deployment replaces the whole site, so a release must start from
-everything published before: the manifest (kiln-index.json) and every wheel and
-METADATA file it lists, each checked against the sha256 the manifest records.
+everything the site folder published before: the manifest (kiln-index.json) and
+every wheel and METADATA file it lists *in the site folder*, each checked against
+the sha256 the manifest records. A wheel the manifest lists with a storage URL
+(index/storage.py: release assets, a bucket) is not fetched: it stays where it is,
+and the release checks it against the storage's own listing. A site whose wheels
+all live in storage is fetched as its manifest alone.
 The HTML pages are not fetched; `kiln index` renders them from the manifest.
 
     python tools/fetch_published_site.py URL OUT_DIR [--allow-missing]
@@ -51,7 +55,7 @@ def _get(url: str) -> bytes:
     return data
 
 
-def _wheel_entries(manifest: Any) -> list[tuple[str, str, int, str]]:
+def _wheel_entries(manifest: Any) -> list[tuple[str, str, int, str, bool]]:
     if not isinstance(manifest, dict) or not isinstance(manifest.get("wheels"), list):
         raise ManifestError(f"{MANIFEST}: expected an object with a 'wheels' list")
     entries = []
@@ -66,12 +70,15 @@ def _wheel_entries(manifest: Any) -> list[tuple[str, str, int, str]]:
             raise ManifestError(f"{MANIFEST}: {name}: malformed sha256")
         if not isinstance(size, int) or isinstance(size, bool) or size < 0:
             raise ManifestError(f"{MANIFEST}: {name}: malformed size {size!r}")
-        entries.append((name, sha, size, meta_sha))
+        entries.append((name, sha, size, meta_sha, entry.get("url") is not None))
     return entries
 
 
-def fetch_site(base_url: str, out: Path, *, allow_missing: bool = False) -> int:
-    """Fetch the manifest and its files into ``out``; returns how many wheels were fetched."""
+def fetch_site(base_url: str, out: Path, *, allow_missing: bool = False, stats: dict[str, int] | None = None) -> int:
+    """Fetch the manifest and its site-folder files into ``out``; returns how many wheels were fetched.
+    ``stats`` (if given) gets "bytes" (everything downloaded), "listed" and "stored" (wheels not fetched)."""
+    stats = {} if stats is None else stats
+    stats.update(bytes=0, listed=0, stored=0)
     base = base_url.rstrip("/") + "/"
     if out.exists() and any(out.iterdir()):
         raise ManifestError(f"{out} is not empty; fetch into a fresh directory")
@@ -89,11 +96,17 @@ def fetch_site(base_url: str, out: Path, *, allow_missing: bool = False) -> int:
         manifest = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ManifestError(f"{base}{MANIFEST} is not JSON: {exc}") from None
+    stats["bytes"] += len(raw)
     entries = _wheel_entries(manifest)
+    stats["listed"] = len(entries)
+    stats["stored"] = sum(1 for entry in entries if entry[4])
+    entries = [entry for entry in entries if not entry[4]]
 
     wheel_dir = out / WHEEL_DIR
-    wheel_dir.mkdir(parents=True, exist_ok=True)
-    for name, sha, size, meta_sha in entries:
+    out.mkdir(parents=True, exist_ok=True)
+    if entries:
+        wheel_dir.mkdir(exist_ok=True)
+    for name, sha, size, meta_sha, _stored in entries:
         for rel, digest, want_size in ((name, sha, size), (f"{name}.metadata", meta_sha, None)):
             url = f"{base}{WHEEL_DIR}/{rel}"
             try:
@@ -104,6 +117,7 @@ def fetch_site(base_url: str, out: Path, *, allow_missing: bool = False) -> int:
                 raise FetchError(f"{url}: {exc.reason}") from None
             if want_size is not None and len(data) != want_size:
                 raise FetchError(f"{url}: {len(data)} bytes, the manifest says {want_size}")
+            stats["bytes"] += len(data)
             if hashlib.sha256(data).hexdigest() != digest:
                 raise FetchError(f"{url}: sha256 differs from the manifest")
             (wheel_dir / rel).write_bytes(data)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any, cast
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from .. import kiln_wheel
 from .combos import Combination
@@ -49,15 +49,23 @@ class PublishedWheel:
     python_tag: str
     platforms: tuple[str, ...]
     combos: tuple[Combination, ...]
+    # Where the wheel lives. None: in the site folder (wheels/NAME, linked relatively, METADATA beside it).
+    # Otherwise its absolute URL in append-only storage, the storage's own name for it (index/storage.py:
+    # "github-release:OWNER/REPO@TAG", "s3:BUCKET/KEY") and whether NAME.metadata (PEP 658) sits beside it.
+    url: str | None = None
+    stored_at: str | None = None
+    metadata_beside: bool = True
 
     @classmethod
-    def from_wheel(cls, wheel: WheelInfo, combos: frozenset[Combination]) -> PublishedWheel:
+    def from_wheel(cls, wheel: WheelInfo, combos: frozenset[Combination], url: str | None = None,
+                   stored_at: str | None = None, metadata_beside: bool = True) -> PublishedWheel:
         return cls(
             filename=wheel.filename, project=wheel.project, version=wheel.version, sha256=wheel.sha256,
             size=wheel.size, metadata_sha256=wheel.metadata_sha256, requires_python=wheel.requires_python,
             torch_requirement=wheel.torch_requirement, abi_mode=wheel.abi_mode, cuda_tag=wheel.cuda_tag,
             torch_major_minor=wheel.torch_major_minor, python_tag=wheel.python_tag, platforms=wheel.platforms,
             combos=tuple(sorted(combos, key=lambda c: c.sort_key)),
+            url=url, stored_at=stored_at, metadata_beside=metadata_beside,
         )
 
     def with_combos(self, combos: frozenset[Combination]) -> PublishedWheel:
@@ -67,7 +75,9 @@ class PublishedWheel:
         return replace(self, combos=tuple(sorted(merged, key=lambda c: c.sort_key)))
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        stored = {} if self.url is None else {"url": self.url, "stored_at": self.stored_at,
+                                              "metadata_beside": self.metadata_beside}
+        return {**stored,
             "filename": self.filename, "project": self.project, "version": self.version, "sha256": self.sha256,
             "size": self.size, "metadata_sha256": self.metadata_sha256, "requires_python": self.requires_python,
             "torch_requirement": self.torch_requirement, "abi_mode": self.abi_mode, "cuda_tag": self.cuda_tag,
@@ -103,6 +113,17 @@ class PublishedWheel:
             raise bad(f"platforms {data['platforms']} are not the file name's {list(name.platforms)}")
         if data["python_tag"] != name.python_tag:
             raise bad(f"python_tag {data['python_tag']!r} is not the file name's {name.python_tag!r}")
+        url, stored_at, metadata_beside = data.get("url"), data.get("stored_at"), data.get("metadata_beside", True)
+        if (url is None) != (stored_at is None) or (url is None and "metadata_beside" in data):
+            raise bad("url, stored_at and metadata_beside come together (a wheel in storage) or not at all "
+                      "(a wheel in the site folder)")
+        if url is not None:
+            try:
+                _check_url_base(url.rsplit("/", 1)[0] + "/")  # one storage, one base: checked once
+            except IndexInputError as exc:
+                raise bad(f"url: {exc}") from None
+            if unquote(url.rsplit("/", 1)[1]) != filename:
+                raise bad(f"url {url[:200]!r} does not end in the wheel's file name")
         combos = _combos(tuple((c["torch"], c["cuda"]) for c in data["combos"]))
         own = Combination(data["torch_major_minor"], data["cuda_tag"])
         if own not in combos or any(c.cuda != own.cuda for c in combos) or \
@@ -115,7 +136,8 @@ class PublishedWheel:
             requires_python=data["requires_python"], torch_requirement=data["torch_requirement"],
             abi_mode=data["abi_mode"], cuda_tag=data["cuda_tag"],
             torch_major_minor=data["torch_major_minor"], python_tag=data["python_tag"],
-            platforms=name.platforms, combos=combos,
+            platforms=name.platforms, combos=combos, url=url, stored_at=stored_at,
+            metadata_beside=bool(metadata_beside),
         )
 
 
@@ -141,6 +163,11 @@ def check_base_url(url: str) -> str:
         raise IndexInputError(f"--base-url {shown!r}: must be a plain http(s) URL ending in '/' (ASCII letters, "
                               "digits and URL punctuation; no query, fragment, quotes, spaces or credentials)")
     return url
+
+
+@functools.lru_cache(maxsize=1024)
+def _check_url_base(url: str) -> str:
+    return check_base_url(url)
 
 
 @dataclass

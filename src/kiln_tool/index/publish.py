@@ -49,6 +49,7 @@ from .manifest import (
     load_manifest,
     parse_manifest,
 )
+from .storage import Storage, Upload, check_listed, plan_uploads, upload_all
 from .wheels import ParsedName, WheelInfo, check_wheel_name, file_sha256, inspect_wheel
 
 Auditor = Callable[[Path], tuple[bool, str]]
@@ -133,11 +134,17 @@ def check_apart(dist: Path, out: Path) -> None:
 
 def build_index(dist: Path, out: Path, base_url: str | None = None, *, audit: Auditor | None = kiln_audit,
                 catalog: TorchCatalog | None = None, log: Callable[[str], None] | None = None,
-                verify_published: bool = True) -> IndexResult:
+                verify_published: bool = True, storage: Storage | None = None,
+                render_all: bool = False) -> IndexResult:
     """Index every wheel of ``dist`` into the site at ``out`` (created or merged).
 
     ``audit=None`` lists wheels unaudited: for synthetic wheels (benchmarks), never for a release.
     ``verify_published=False`` checks published files by size only (see docs/security.md).
+    ``storage``: where new wheels go (index/storage.py); None: the site folder. A stored wheel is uploaded
+    (never over an existing name), read back by the storage's digest, and only then listed; the site then
+    holds pages and the manifest, which link it by its absolute URL.
+    ``render_all``: render every page, not only those the new wheels change (a release's SITE holds the fetched
+    manifest and no page, and is deployed whole).
     """
     say = log or (lambda _msg: None)
     base_url = normalize_base_url(base_url)
@@ -165,6 +172,7 @@ def build_index(dist: Path, out: Path, base_url: str | None = None, *, audit: Au
         if not paths and not name_problems and not manifest.wheels:
             raise IndexInputError(f"{dist} has no wheels and {out} has no index: nothing to publish")
         _check_published_files(out, manifest, verify_published)
+        _check_stored(manifest, storage, say)
 
         created = [] if in_place else _make_parents(out.parent)
         staging = Staging.create(out, inside=in_place)
@@ -177,6 +185,7 @@ def build_index(dist: Path, out: Path, base_url: str | None = None, *, audit: Au
                 # The audit reads the very copies that get published, not DIST's files.
                 _audit_all(audit, [(wheel_dir / w.filename, dist / w.filename) for w in to_add], say)
 
+            stored = _store(storage, to_add, wheel_dir, say) if storage is not None and to_add else {}
             published = {
                 name: entry.with_combos(combinations_for(entry.abi_mode, entry.cuda_tag, entry.torch_major_minor,
                                                          entry.torch_requirement, catalog))
@@ -186,18 +195,27 @@ def build_index(dist: Path, out: Path, base_url: str | None = None, *, audit: Au
             for wheel in to_add:
                 combos = combinations_for(wheel.abi_mode, wheel.cuda_tag, wheel.torch_major_minor,
                                           wheel.torch_requirement, catalog)
-                published[wheel.filename] = PublishedWheel.from_wheel(wheel, combos)
+                url, stored_at, metadata_beside = stored.get(wheel.filename, (None, None, True))
+                published[wheel.filename] = PublishedWheel.from_wheel(wheel, combos, url, stored_at, metadata_beside)
                 added.append(published[wheel.filename])
             new_manifest = Manifest(base_url=base_url or manifest.base_url, wheels=published)
             _accepted_by_next_run(new_manifest, [w.filename for w in to_add])
             pythons = set(catalog.pythons) | {python_support(w.python_tag)[0] for w in published.values()}
-            if in_place and pending is None and not os.path.lexists(os.path.join(out, PENDING_MARKER)):
+            if in_place and not render_all and pending is None and \
+                    not os.path.lexists(os.path.join(out, PENDING_MARKER)):
                 changed = [w for name, w in published.items() if manifest.wheels.get(name) is not w]
                 pages = _render_site(new_manifest, sorted(pythons), catalog, _pages_of(changed, manifest))
             else:
                 pages = _render_site(new_manifest, sorted(pythons), catalog, None)
+            in_site = [w.filename for w in to_add if w.filename not in stored]
+            if stored:  # the staged copies of stored wheels are not part of the site
+                for name in stored:
+                    os.unlink(os.path.join(wheel_dir, name))
+                    os.unlink(os.path.join(wheel_dir, f"{name}.metadata"))
+                if not in_site and not in_place:
+                    os.rmdir(wheel_dir)
             if in_place:
-                _merge_in_place(tmp, out, [w.filename for w in to_add], pages)
+                _merge_in_place(tmp, out, in_site, pages)
             else:
                 for rel, text in pages.items():
                     _write_inside(tmp, rel, text)
@@ -260,7 +278,8 @@ def _roll_forward(out: Path, manifest: Manifest, pending: Manifest, say: Callabl
         if name in wheels:
             continue
         path = os.path.join(wheel_dir, name)
-        if os.path.lexists(path) and os.path.lexists(f"{path}.metadata"):
+        # A stored wheel is in the journal only once uploaded and read back; a site wheel once moved in.
+        if entry.url is not None or (os.path.lexists(path) and os.path.lexists(f"{path}.metadata")):
             wheels[name] = entry
             finished.append(name)
     if finished:
@@ -593,7 +612,7 @@ def _check_published_files(out: Path, manifest: Manifest, verify: bool = True) -
                 if digest != expected:
                     altered.append(f"{target} (sha256 {digest}, published with {expected})")
 
-    entries = list(manifest.wheels.values())
+    entries = [w for w in manifest.wheels.values() if w.url is None]  # stored ones: _check_stored
     if verify and len(entries) > 64:
         with ThreadPoolExecutor(max_workers=4, thread_name_prefix="kiln-index-verify") as pool:
             list(pool.map(check, entries, chunksize=64))
@@ -611,6 +630,40 @@ def _check_published_files(out: Path, manifest: Manifest, verify: bool = True) -
             f"{out}: published files do not match {MANIFEST_NAME}; refusing to merge into a damaged index:\n  "
             + "\n  ".join(sorted(missing))
         )
+
+
+def _check_stored(manifest: Manifest, storage: Storage | None, say: Callable[[str], None]) -> None:
+    """Every listed wheel that lives in storage is still there, by the storage's own listing (sizes; sha256
+    where the listing reports it: release assets). An S3 bucket's sha256s are checked by the separate full
+    verification (tools/verify_published.py), not by every release."""
+    entries = [(w.filename, w.stored_at or "", w.size, w.sha256, w.metadata_beside, w.metadata_sha256)
+               for w in manifest.wheels.values() if w.url is not None]
+    if not entries:
+        return
+    if storage is None:
+        say(f"{len(entries)} listed wheel(s) live in storage; not checked by a run without --storage")
+        return
+    checked, elsewhere, places = check_listed(storage, entries)
+    say(f"checked {checked} stored wheel(s) against the storage's own listing of {', '.join(places)}"
+        + (f"; {elsewhere} stored elsewhere, not checked here" if elsewhere else ""))
+
+
+def _store(storage: Storage, wheels: list[WheelInfo], wheel_dir: Path,
+           say: Callable[[str], None]) -> dict[str, tuple[str, str, bool]]:
+    """Upload the new wheels (and their METADATA where the storage serves it) before anything lists them;
+    an earlier run's uploads with the same bytes are adopted, other bytes refused (before any upload)."""
+    items = []
+    for wheel in wheels:
+        if storage.serves_metadata:
+            items.append(Upload(f"{wheel.filename}.metadata", wheel_dir / f"{wheel.filename}.metadata",
+                                wheel.metadata_sha256, len(wheel.metadata)))
+        items.append(Upload(wheel.filename, wheel_dir / wheel.filename, wheel.sha256, wheel.size))
+    new, adopted = plan_uploads(storage, items)
+    for name in adopted:
+        say(f"adopted {name}: {storage.where()} already holds it with the same bytes (an earlier run's upload)")
+    upload_all(storage, new, say)
+    return {w.filename: (storage.url(w.filename), storage.stored_at(w.filename), storage.serves_metadata)
+            for w in wheels}
 
 
 def _render_site(manifest: Manifest, pythons: list[str], catalog: TorchCatalog,

@@ -25,11 +25,16 @@ SIMPLE_DIR = "simple"
 
 
 def _e(text: str) -> str:
-    return escape(text, quote=True)
+    # Most values (file names, URLs, digests) have nothing to escape: five scans cost less than five copies.
+    if "&" in text or "<" in text or ">" in text or '"' in text or "'" in text:
+        return escape(text, quote=True)
+    return text
 
 
 def wheel_href(prefix: str, wheel: PublishedWheel) -> str:
-    return f"{prefix}{quote(wheel.filename, safe='')}#sha256={wheel.sha256}"
+    """The wheel's own absolute URL when it lives in storage; else relative to the site folder."""
+    where = wheel.url if wheel.url is not None else f"{prefix}{quote(wheel.filename, safe='')}"
+    return f"{where}#sha256={wheel.sha256}"
 
 
 @cache
@@ -38,17 +43,22 @@ def anchor(prefix: str, wheel: PublishedWheel) -> str:
     attrs = [f'href="{_e(wheel_href(prefix, wheel))}"']
     if wheel.requires_python:
         attrs.append(f'data-requires-python="{_e(wheel.requires_python)}"')
-    attrs.append(f'data-dist-info-metadata="sha256={wheel.metadata_sha256}"')
-    attrs.append(f'data-core-metadata="sha256={wheel.metadata_sha256}"')
+    if wheel.metadata_beside:  # never announce a .metadata file its host does not serve (a 404)
+        attrs.append(f'data-dist-info-metadata="sha256={wheel.metadata_sha256}"')
+        attrs.append(f'data-core-metadata="sha256={wheel.metadata_sha256}"')
     return f"<a {' '.join(attrs)}>{_e(wheel.filename)}</a><br>"
 
 
 def _links_page(title: str, prefix: str, wheels: Iterable[PublishedWheel], repository_version: bool = False) -> str:
     meta = '  <meta name="pypi:repository-version" content="1.0">\n' if repository_version else ""
-    links = "\n".join(f"  {anchor(prefix, w)}" for w in sorted(wheels, key=lambda w: w.filename))
+    ordered = sorted(wheels, key=lambda w: w.filename)
+    links = "\n".join(f"  {anchor(prefix, w)}" for w in ordered)
+    without = sum(1 for w in ordered if not w.metadata_beside)
+    note = (f"  <p>{without} wheel(s) here have no PEP 658 metadata file: their storage does not serve one, so "
+            "installers download the wheel to read its metadata.</p>\n") if without else ""
     return (
         "<!DOCTYPE html>\n<html>\n<head>\n  <meta charset=\"utf-8\">\n"
-        f"{meta}  <title>{_e(title)}</title>\n</head>\n<body>\n  <h1>{_e(title)}</h1>\n"
+        f"{meta}  <title>{_e(title)}</title>\n</head>\n<body>\n  <h1>{_e(title)}</h1>\n{note}"
         f"{links}\n</body>\n</html>\n"
     )
 
