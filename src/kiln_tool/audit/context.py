@@ -8,7 +8,7 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from .archs import ArchRequest, CudaArch
-from .elf import ElfLibrary
+from .elf import Buffer, ElfLibrary
 from .inputs import Wheel
 from .policy import Policy
 from .resolve import Location, Resolver
@@ -53,7 +53,9 @@ class LibraryContext:
     member: str
     location: Location
     lib: ElfLibrary
-    data: bytes
+    # The whole file: bytes, or its read-only mapping (search it with re, or find(x, 0): an mmap's
+    # find starts at its current position).
+    data: Buffer
     artifact: ArtifactContext
 
     @property

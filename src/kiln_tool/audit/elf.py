@@ -1,13 +1,17 @@
 """Small ELF helpers over pyelftools: what the checks need to know about one shared object.
 
-`ElfLibrary` is read lazily: the audited libraries are read in full, while the big libraries
-they resolve against (libtorch_cpu.so has 75k dynamic symbols) are only asked for single
-symbols through their GNU hash table.
+`ElfLibrary` is read lazily, section by section: a file is memory-mapped (never read whole), the
+audited libraries' dynamic symbols are read in full, while the big libraries they resolve against
+(libtorch_cpu.so has 75k dynamic symbols) are only asked for single symbols through their GNU hash
+table. `scan` walks a byte range in windows and drops each window's pages once searched, so the
+memory an audit needs stays bounded whatever the size of the library.
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
+import mmap
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -34,6 +38,11 @@ MACHINES: dict[str, tuple[int, str]] = {
 _DF_TEXTREL = 0x4
 _PF_X = 0x1
 _VERSYM_HIDDEN = 0x8000
+SCAN_WINDOW = 32 << 20  # bytes searched at once by `scan`
+SCAN_OVERLAP = 8192  # longer than any path searched for: a match across a window edge is seen whole
+
+# What a library's contents are read as: bytes (tests, small members) or a read-only mapping of its file.
+Buffer = bytes | mmap.mmap
 
 
 class ElfInvalid(ValueError):
@@ -80,10 +89,13 @@ def _check_bounds(elf: ELFFile, size: int) -> None:
 class ElfLibrary:
     """A shared object opened for reading. `where` names it in messages."""
 
-    def __init__(self, stream: IO[bytes], size: int, where: str, *, expect_machine: str | None = None) -> None:
+    def __init__(self, stream: IO[bytes], size: int, where: str, *, expect_machine: str | None = None,
+                 buffer: Buffer | None = None, owned: IO[bytes] | None = None) -> None:
         self.where = where
         self.size = size
         self._stream = stream
+        self._owned = owned
+        self.buffer: Buffer = buffer if buffer is not None else b""
         if size == 0:
             raise ElfInvalid("empty file (0 bytes)")
         stream.seek(0)
@@ -112,19 +124,54 @@ class ElfLibrary:
 
     @classmethod
     def from_bytes(cls, data: bytes, where: str, *, expect_machine: str | None = None) -> ElfLibrary:
-        return cls(io.BytesIO(data), len(data), where, expect_machine=expect_machine)
+        return cls(io.BytesIO(data), len(data), where, expect_machine=expect_machine, buffer=data)
 
     @classmethod
-    def open(cls, path: Path, *, expect_machine: str | None = None) -> ElfLibrary:
-        stream = path.open("rb")
+    def open(cls, path: Path, *, expect_machine: str | None = None, where: str | None = None) -> ElfLibrary:
+        """The file memory-mapped read-only: pages are read when a check touches them, never all at once."""
+        file = path.open("rb")
         try:
-            return cls(stream, path.stat().st_size, str(path), expect_machine=expect_machine)
+            size = path.stat().st_size
+            if size == 0:
+                return cls(io.BytesIO(b""), 0, where or str(path), expect_machine=expect_machine)
+            mapped = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
+            try:
+                return cls(mapped, size, where or str(path), expect_machine=expect_machine,  # type: ignore[arg-type]
+                           buffer=mapped, owned=file)
+            except BaseException:
+                mapped.close()
+                raise
         except BaseException:
-            stream.close()
+            file.close()
             raise
 
     def close(self) -> None:
-        self._stream.close()
+        # A view into the mapping still alive (BufferError): the mapping goes when the view does.
+        with contextlib.suppress(BufferError):
+            self._stream.close()
+        if self._owned is not None:
+            self._owned.close()
+
+    def release(self, start: int = 0, length: int | None = None) -> None:
+        """Drop the mapped pages of [start, start+length) from memory (they are read again if touched)."""
+        if not isinstance(self.buffer, mmap.mmap) or self.buffer.closed:
+            return
+        page = mmap.PAGESIZE
+        begin = start - start % page
+        end = self.size if length is None else min(self.size, start + length)
+        if end > begin:
+            self.buffer.madvise(mmap.MADV_DONTNEED, begin, end - begin)
+
+    def scan(self, start: int, end: int) -> Iterator[tuple[int, int]]:
+        """[start, end) in windows of SCAN_WINDOW (each overlapping the next by SCAN_OVERLAP): yields
+        (window start, window end) to search with a pattern's pos/endpos over `buffer`; a match belongs
+        to the window it starts in before the next window's start. Each window's pages are dropped after."""
+        at = start
+        while at < end:
+            stop = min(end, at + SCAN_WINDOW)
+            yield at, min(end, stop + SCAN_OVERLAP)
+            self.release(at, stop + SCAN_OVERLAP - at)
+            at = stop
 
     # -- dynamic section -------------------------------------------------------------------
 
@@ -340,6 +387,16 @@ class ElfLibrary:
         if section is None or section["sh_type"] == "SHT_NOBITS":
             return None
         return bytes(section.data())
+
+    def section_view(self, name: str) -> memoryview | None:
+        """The section's bytes without a copy (a view into the mapping); None when absent or empty of data."""
+        section = self.elf.get_section_by_name(name)
+        if section is None or section["sh_type"] == "SHT_NOBITS":
+            return None
+        offset, size = int(section["sh_offset"]), int(section["sh_size"])
+        if not self.buffer:
+            return memoryview(bytes(section.data()))
+        return memoryview(self.buffer)[offset:offset + size]
 
     @property
     def section_names(self) -> list[str]:

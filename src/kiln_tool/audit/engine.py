@@ -25,8 +25,8 @@ from .report import ArtifactReport, AuditReport, CheckResult, LibraryReport, fai
 from .resolve import Location, Resolver
 from .target import find_torch, from_torch_lib, torch_requirement
 
-# DT_NEEDED strings of a library that needs a CUDA build of torch: choose a recorded CUDA variant for it.
-_CUDA_TORCH_MARKERS = (b"\0libtorch_cuda.so\0", b"\0libc10_cuda.so\0", b"\0libcudart.so.")
+# DT_NEEDED of a library that needs a CUDA build of torch: choose a CUDA variant of torch for it.
+_CUDA_TORCH_NEEDED = ("libtorch_cuda.so", "libc10_cuda.so")
 
 
 @dataclass(frozen=True)
@@ -97,7 +97,7 @@ def _check_library(ctx: LibraryContext, report: LibraryReport) -> None:
     checks.append(symbols.check_symbol_versions(ctx))
     target_abi, source = _cxx11_target(ctx.artifact)
     checks.append(abi.check_cxx11_abi(ctx, target_abi, source))
-    fatbin_data = ctx.lib.section_data(".nv_fatbin")
+    fatbin_data = ctx.lib.section_view(".nv_fatbin")
     if fatbin_data is not None:
         results, manifest = cuda.check_cuda(ctx, fatbin_data)
         checks.extend(results)
@@ -118,19 +118,22 @@ def _elf_valid(report: LibraryReport, exc: ElfInvalid, member: str) -> None:
                                 "no step (strip, copy, download) truncated or replaced the file."))
 
 
-def _audit_libraries(artifact: ArtifactContext, members: list[tuple[str, Location, bytes]],
+def _audit_libraries(artifact: ArtifactContext, members: list[tuple[str, Location, Path]],
                      opened: dict[str, ElfLibrary], report: ArtifactReport) -> None:
-    for member, location, data in members:
+    for member, location, file in members:
         lib_report = LibraryReport(path=member)
         report.libraries.append(lib_report)
         try:
-            lib = ElfLibrary.from_bytes(data, member, expect_machine=artifact.arch)
+            lib = opened[member] if member in opened else ElfLibrary.open(file, expect_machine=artifact.arch,
+                                                                            where=member)
         except ElfInvalid as exc:
             _elf_valid(lib_report, exc, member)
             continue
+        except OSError as exc:
+            raise AuditInputError(f"{member}: cannot read ({exc.strerror or exc})") from exc
         opened[member] = lib
         lib_report.checks.append(_passed_elf(lib))
-        ctx = LibraryContext(member=member, location=location, lib=lib, data=data, artifact=artifact)
+        ctx = LibraryContext(member=member, location=location, lib=lib, data=lib.buffer, artifact=artifact)
         try:
             _check_library(ctx, lib_report)
         except (*CORRUPT_ELF_ERRORS, ValueError, OverflowError) as exc:
@@ -140,6 +143,8 @@ def _audit_libraries(artifact: ArtifactContext, members: list[tuple[str, Locatio
             lib_report.cuda_manifest = None
             _elf_valid(lib_report, ElfInvalid(f"corrupt ELF: {exc}"), member)
             continue
+        finally:
+            lib.release()  # what the checks read goes from memory; it is read again if needed
         artifact.libraries.append(ctx)
 
 
@@ -181,6 +186,7 @@ class _Auditor:
     def audit_wheel(self, path: Path) -> ArtifactReport:
         whl = inputs.open_wheel(path, self.base.limits)
         resolver: Resolver | None = None
+        opened: dict[str, ElfLibrary] = {}
         try:
             platform_tags = whl.name.platform_tags
             claims = [c for t in platform_tags if (c := manylinux_policy_of_tag(t))]
@@ -194,26 +200,34 @@ class _Auditor:
             else:
                 policy, reason = self.base, f"--policy; tag {'.'.join(platform_tags)} claims no manylinux policy"
             info = whl.build_info()
-            members = [(m, Location(member=m), whl.read(m)) for m in whl.libraries()]
+            members = [(m, Location(member=m), whl.library_file(m)) for m in whl.libraries()]
+
+            def open_member(member: str) -> ElfLibrary:
+                if member not in opened:
+                    opened[member] = ElfLibrary.open(whl.library_file(member), expect_machine=arch, where=member)
+                return opened[member]
+
+            def needs_cuda_torch() -> bool:
+                for member, _, _ in members:
+                    try:
+                        needed = open_member(member).needed
+                    except (ElfInvalid, OSError, *CORRUPT_ELF_ERRORS):
+                        continue
+                    if any(n in _CUDA_TORCH_NEEDED for n in needed):
+                        return True
+                return False
+
             torch, problem = self.torch, ""
             if torch is None:
                 requirement = torch_requirement(whl.metadata().get("Requires-Dist", []))
                 torch_version = str(info["torch_version"]) if info and info.get("torch_version") else None
-                torch, problem = find_torch(torch_version, requirement,
-                                            prefer_cuda=lambda: any(marker in data for _, _, data in members
-                                                                    for marker in _CUDA_TORCH_MARKERS),
+                torch, problem = find_torch(torch_version, requirement, prefer_cuda=needs_cuda_torch,
                                             local_hint=whl.name.version.partition("+")[2] or None)
                 if torch is None:
                     problem += "; pass --torch-lib DIR"
             archs = self.archs
             if archs is None and info and info.get("cuda_archs"):
                 archs = parse_arch_list(list(info["cuda_archs"]), "build info cuda_archs")
-            opened: dict[str, ElfLibrary] = {}
-
-            def open_member(member: str) -> ElfLibrary:
-                if member not in opened:
-                    opened[member] = ElfLibrary.from_bytes(whl.read(member), member, expect_machine=arch)
-                return opened[member]
 
             resolver = Resolver(set(whl.infos), open_member, torch, policy, arch)
             artifact = ArtifactContext(label=str(path), wheel=whl, build_info=info, policy=policy,
@@ -229,6 +243,8 @@ class _Auditor:
         finally:
             if resolver is not None:
                 resolver.close()
+            for lib in opened.values():
+                lib.close()
             whl.close()
 
     def _wheel_checks(self, artifact: ArtifactContext, report: ArtifactReport) -> None:
@@ -262,9 +278,11 @@ class _Auditor:
                                    extra_exports=self.options.extra_exports, gpu=self.gpu)
         report = ArtifactReport(path=str(path), kind="library", target=_target_summary(artifact))
         try:
-            _audit_libraries(artifact, [(str(path), location, path.read_bytes())], opened, report)
+            _audit_libraries(artifact, [(str(path), location, path)], opened, report)
         finally:
             resolver.close()
+            for lib in opened.values():
+                lib.close()
         _apply_severity(report, self.base)
         return report
 

@@ -14,6 +14,7 @@ import re
 
 from .. import fatbin
 from ..context import LibraryContext
+from ..elf import SCAN_OVERLAP, Buffer
 from ..policy import BuildPathRule
 from ..report import CheckResult, failed, passed
 
@@ -24,11 +25,15 @@ _CODE_SECTIONS = frozenset({".text", ".plt", ".plt.got", ".plt.sec", ".init", ".
 _MAX_SHOWN = 4
 
 
-def find_build_paths(data: bytes, rule: BuildPathRule) -> list[tuple[int, str, str]]:
-    """(offset, path, 'source' or 'toolchain') of every build-machine path in `data`."""
+def find_build_paths(data: Buffer, rule: BuildPathRule, pos: int = 0, endpos: int | None = None,
+                     before: int | None = None) -> list[tuple[int, str, str]]:
+    """(offset, path, 'source' or 'toolchain') of every build-machine path in data[pos:endpos] (offsets
+    into `data`); with `before`, only paths that start before it (the rest belong to the next window)."""
     hits: list[tuple[int, str, str]] = []
-    for match in _ABSOLUTE_PATH.finditer(data):
+    for match in _ABSOLUTE_PATH.finditer(data, pos, len(data) if endpos is None else endpos):
         start = match.start()
+        if before is not None and start >= before:
+            break
         if start and data[start - 1] in _PATH_BYTES:
             continue
         path = match.group().decode("ascii")
@@ -50,11 +55,21 @@ def check_build_paths(ctx: LibraryContext) -> list[CheckResult]:
         return "non-allocated data"
 
     found: dict[str, dict[str, set[str]]] = {"source": {}, "toolchain": {}}
-    for offset, path, kind in find_build_paths(ctx.data, rule):
-        where = section_at(offset)
-        if where not in _CODE_SECTIONS:
-            found[kind].setdefault(path, set()).add(where)
-    fatbin_data = ctx.lib.section_data(".nv_fatbin")
+    # Everything but machine code, window by window (the pages of each are dropped once searched).
+    code = sorted((o, o + n) for name, o, n in sections if name in _CODE_SECTIONS)
+    ranges, at = [], 0
+    for begin, end in code:
+        if begin > at:
+            ranges.append((at, begin))
+        at = max(at, end)
+    if at < ctx.lib.size:
+        ranges.append((at, ctx.lib.size))
+    for begin, end in ranges:
+        for window_start, window_end in ctx.lib.scan(begin, end):
+            owned_until = window_end - SCAN_OVERLAP if window_end < end else None
+            for offset, path, kind in find_build_paths(ctx.data, rule, window_start, window_end, owned_until):
+                found[kind].setdefault(path, set()).add(section_at(offset))
+    fatbin_data = ctx.lib.section_view(".nv_fatbin")
     if fatbin_data:
         try:
             for entry in fatbin.iter_entries(fatbin_data):

@@ -88,7 +88,7 @@ def defined_namespaces(ctx: LibraryContext) -> set[str]:
     info = ctx.artifact.build_info or {}
     for op in info.get("ops", []) if isinstance(info.get("ops"), list) else []:
         namespace, _, name = str(op).partition("::")
-        if name and b"\0" + (name + "(").encode() in ctx.data:
+        if name and ctx.data.find(b"\0" + (name + "(").encode(), 0) != -1:
             namespaces.add(namespace)
     return namespaces
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import csv
-import hashlib
 import io
 import re
 
@@ -250,12 +249,12 @@ def check_record(wheel: Wheel) -> CheckResult:
         if algorithm not in _RECORD_ALGORITHMS or not expected:
             problems.append(f"{member}: hash '{hash_field}' is not sha256/384/512")
             continue
-        data = wheel.read(member)
-        digest = base64.urlsafe_b64encode(hashlib.new(algorithm, data).digest()).rstrip(b"=").decode()
+        raw_digest, size = wheel.digest(member, algorithm)
+        digest = base64.urlsafe_b64encode(raw_digest).rstrip(b"=").decode()
         if digest != expected:
             problems.append(f"{member}: {algorithm} {digest} differs from RECORD's {expected}")
-        if size_field and size_field != str(len(data)):
-            problems.append(f"{member}: {len(data)} bytes, RECORD says {size_field}")
+        if size_field and size_field != str(size):
+            problems.append(f"{member}: {size} bytes, RECORD says {size_field}")
     for member in sorted(set(listed) - set(wheel.infos) - signatures):
         problems.append(f"RECORD lists {member}, which the wheel does not hold")
     if problems:
