@@ -9,7 +9,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +90,11 @@ class Policy:
     limits: Limits
     severity: dict[str, str]  # "check" or "check:finding" -> "error" / "warning"
     linker_defined_symbols: frozenset[str]
+    torch_symbols: tuple[str, ...] = ()
+    driver_libraries: dict[str, str] = field(default_factory=dict)  # DT_NEEDED name -> what installs it
+
+    def is_torch_symbol(self, symbol: str) -> bool:
+        return any(fnmatch.fnmatchcase(symbol, pattern) for pattern in self.torch_symbols)
 
     def ceilings(self, arch: str) -> dict[str, VersionCeiling]:
         if arch not in self.symbol_versions:
@@ -192,6 +197,8 @@ def load_policy(name: str) -> Policy:
             limits=Limits(**data["limits"]),
             severity=_severities(data["severity"]),
             linker_defined_symbols=frozenset(data["linker_defined_symbols"]),
+            torch_symbols=tuple(data["torch_symbols"]),
+            driver_libraries={str(k): str(v) for k, v in data["driver_libraries"].items()},
         )
     except (KeyError, TypeError, ValueError, IndexError) as exc:
         raise AuditInputError(f"audit policy '{name}' is malformed: {exc!r}") from exc
