@@ -22,6 +22,7 @@ from typing import IO, Any
 from elftools.common.exceptions import ELFError
 from elftools.elf.constants import SH_FLAGS
 from elftools.elf.elffile import ELFFile
+from elftools.elf.enums import ENUM_ST_INFO_BIND, ENUM_ST_INFO_TYPE, ENUM_ST_VISIBILITY
 from elftools.elf.hash import GNUHashSection
 
 ELF_MAGIC = b"\x7fELF"
@@ -43,6 +44,11 @@ SCAN_OVERLAP = 8192  # longer than any path searched for: a match across a windo
 
 # What a library's contents are read as: bytes (tests, small members) or a read-only mapping of its file.
 Buffer = bytes | mmap.mmap
+
+
+_BINDS = {v: k for k, v in ENUM_ST_INFO_BIND.items() if isinstance(v, int)}
+_TYPES = {v: k for k, v in ENUM_ST_INFO_TYPE.items() if isinstance(v, int)}
+_VISIBILITIES = {v: k for k, v in ENUM_ST_VISIBILITY.items() if isinstance(v, int)}
 
 
 class ElfInvalid(ValueError):
@@ -331,7 +337,69 @@ class ElfLibrary:
         """Every named .dynsym entry (read in full: use for the audited libraries only)."""
         if self._dynsym is None:
             return []
+        fast = self._unpacked_dynamic_symbols()
+        if fast is not None:
+            return fast
         return [self._symbol(i, s) for i, s in enumerate(self._dynsym.iter_symbols()) if s.name]
+
+    def _unpacked_dynamic_symbols(self) -> list[DynSymbol] | None:
+        """.dynsym unpacked with struct straight from the buffer: what _symbol gives for each entry, without
+        pyelftools' per-field parsing (seconds for a library with 30k exports). None when the layout is not
+        the standard one (then pyelftools reads it)."""
+        buffer, section = self.buffer, self._dynsym
+        if not buffer:
+            return None
+        endian = "<" if self.elf.little_endian else ">"
+        layout = struct.Struct(endian + ("IBBHQQ" if self.elfclass == 64 else "IIIBBH"))
+        offset, size, entsize = int(section["sh_offset"]), int(section["sh_size"]), int(section["sh_entsize"])
+        if entsize != layout.size or not 0 <= section["sh_link"] < self.elf.num_sections():
+            return None
+        strtab = self.elf.get_section(section["sh_link"])
+        str_start = int(strtab["sh_offset"])
+        str_end = str_start + int(strtab["sh_size"])
+        count = size // entsize
+        versions: tuple[int, ...] | None = None
+        if self._versym is not None:
+            if int(self._versym["sh_size"]) < 2 * count:
+                return None
+            versions = struct.unpack_from(f"{endian}{count}H", buffer, int(self._versym["sh_offset"]))
+        symbols: list[DynSymbol] = []
+        for index, fields in enumerate(layout.iter_unpack(buffer[offset:offset + count * entsize])):
+            if self.elfclass == 64:
+                name_at, info, other, shndx = fields[0], fields[1], fields[2], fields[3]
+            else:
+                name_at, info, other, shndx = fields[0], fields[3], fields[4], fields[5]
+            if name_at == 0:
+                continue
+            start = str_start + name_at
+            end = buffer.find(b"\0", start, str_end)
+            if start >= str_end or end < 0:
+                raise ElfInvalid(f"corrupt ELF: .dynsym entry {index} names offset {name_at} past its string table")
+            name = bytes(buffer[start:end]).decode("latin-1")  # as pyelftools decodes names
+            if not name:
+                continue
+            defined = shndx != 0
+            version, version_file, hidden = (None, None, False) if versions is None \
+                else self._version_of_raw(versions[index], defined)
+            symbols.append(DynSymbol(name=name, defined=defined, bind=_BINDS.get(info >> 4, str(info >> 4)),
+                                     type=_TYPES.get(info & 0xF, str(info & 0xF)),
+                                     visibility=_VISIBILITIES.get(other & 0x7, str(other & 0x7)),
+                                     version=version, version_file=version_file, version_hidden=hidden))
+        return symbols
+
+    def _version_of_raw(self, raw: int, defined: bool) -> tuple[str | None, str | None, bool]:
+        if raw in (0, 1):  # VER_NDX_LOCAL / VER_NDX_GLOBAL
+            return None, None, False
+        hidden = bool(raw & _VERSYM_HIDDEN)
+        ndx = raw & ~_VERSYM_HIDDEN
+        if ndx <= 1:
+            return None, None, hidden
+        if defined:
+            return self.version_definitions.get(ndx), None, hidden
+        file_version = self._verneed_by_index.get(ndx)
+        if file_version is None:
+            return None, None, hidden
+        return file_version[1], file_version[0], hidden
 
     @cached_property
     def _gnu_hash(self) -> GNUHashSection | None:

@@ -90,6 +90,7 @@ class Wheel:
     foreign wheel, judged by the archive rules and the audit's checks alone."""
     _data: dict[str, bytes] = field(default_factory=dict)
     _files: dict[str, Path] = field(default_factory=dict)
+    _sha256: dict[str, tuple[bytes, int]] = field(default_factory=dict)
     _tmp: tempfile.TemporaryDirectory[str] | None = None
 
     def library_file(self, member: str) -> Path:
@@ -99,18 +100,25 @@ class Wheel:
             if self._tmp is None:
                 self._tmp = tempfile.TemporaryDirectory(prefix="kiln-audit-")
             target = Path(self._tmp.name) / f"{len(self._files)}.so"
+            hasher = hashlib.sha256()  # RECORD's usual hash, taken on the way (never a second read)
+            size = 0
             try:
                 with target.open("wb") as out:
                     for chunk in self.archive.stream(member):
                         out.write(chunk)
+                        hasher.update(chunk)
+                        size += len(chunk)
             except UnsafeArchiveError as exc:
                 target.unlink(missing_ok=True)
                 raise AuditInputError(f"{self.path}: cannot read {member}: {exc}") from None
             self._files[member] = target
+            self._sha256[member] = (hasher.digest(), size)
         return self._files[member]
 
     def digest(self, member: str, algorithm: str) -> tuple[bytes, int]:
         """(hash, size) of a member, streamed: nothing big is kept in memory."""
+        if algorithm == "sha256" and member in self._sha256:
+            return self._sha256[member]
         hasher = hashlib.new(algorithm)
         size = 0
         if member in self._data:
