@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import platform
+import posixpath
+import re
 from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
@@ -112,6 +114,27 @@ def _check_library(ctx: LibraryContext, report: LibraryReport) -> None:
         checks.append(registered)
 
 
+_VERSIONED_SO = re.compile(r"^(?P<stem>.+?\.so)(?:\.[0-9]+)*$")
+
+
+def _copies(whl: inputs.Wheel, members: list[str]) -> dict[str, list[str]]:
+    """Libraries shipped under several names with identical bytes (x.so, x.so.0, x.so.0.6.0 in one folder,
+    where a symlink would be on disk): the longest name -> the others. Each is audited once."""
+    groups: dict[tuple[str, str, bytes], list[str]] = {}
+    for member in members:
+        match = _VERSIONED_SO.match(posixpath.basename(member))
+        if match is None:
+            continue
+        digest, _ = whl.digest(member, "sha256")
+        groups.setdefault((posixpath.dirname(member), match["stem"], digest), []).append(member)
+    result = {}
+    for names in groups.values():
+        if len(names) > 1:
+            canonical = max(names, key=lambda n: (len(n), n))
+            result[canonical] = sorted(n for n in names if n != canonical)
+    return result
+
+
 def _elf_valid(report: LibraryReport, exc: ElfInvalid, member: str) -> None:
     report.checks.append(failed("elf-valid", f"{member}: {exc}.",
                                 "ship only complete shared objects built for the wheel's platform; rebuild, and check "
@@ -189,18 +212,22 @@ class _Auditor:
         opened: dict[str, ElfLibrary] = {}
         try:
             platform_tags = whl.name.platform_tags
-            claims = [c for t in platform_tags if (c := manylinux_policy_of_tag(t))]
+            claims = [(*c, t) for t in platform_tags if (c := manylinux_policy_of_tag(t))]
             arch = next((c[1] for c in claims), None)
             if arch is None:
                 arch = next((t.split("_", 1)[1] for t in platform_tags if t.startswith("linux_")), _host_arch())
             if claims:
                 lowest = min(claims, key=lambda c: glibc_of_policy_name(c[0]) or (0, 0))
                 policy = _policy_for_claim(lowest[0])
-                reason = f"the wheel's tag {lowest[0]}_{lowest[1]}"
+                written = lowest[2]  # as the file name writes it: manylinux2014_x86_64, not its alias
+                reason = f"the wheel's tag {written}" + (f" (= {lowest[0]}_{lowest[1]})"
+                                                          if written != f"{lowest[0]}_{lowest[1]}" else "")
             else:
                 policy, reason = self.base, f"--policy; tag {'.'.join(platform_tags)} claims no manylinux policy"
             info = whl.build_info()
             members = [(m, Location(member=m), whl.library_file(m)) for m in whl.libraries()]
+            copies = _copies(whl, [m for m, _, _ in members])
+            members = [entry for entry in members if entry[0] not in {c for cs in copies.values() for c in cs}]
 
             def open_member(member: str) -> ElfLibrary:
                 if member not in opened:
@@ -237,6 +264,8 @@ class _Auditor:
                                        release=self.options.release)
             report = ArtifactReport(path=str(path), kind="wheel", target=_target_summary(artifact))
             _audit_libraries(artifact, members, opened, report)
+            for lib_report in report.libraries:
+                lib_report.copies = copies.get(lib_report.path, [])
             self._wheel_checks(artifact, report)
             _apply_severity(report, policy)
             return report

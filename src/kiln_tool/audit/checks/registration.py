@@ -109,7 +109,8 @@ def check_library(ctx: LibraryContext) -> CheckResult | None:
                       "drops them, and do not build with -nostartfiles or a linker script that discards .init_array.")
     inits = init_namespaces(ctx)
     named = "; ".join(f"{kind} {', '.join(sorted(ns))}" for kind, ns in sorted(inits.items()))
-    return passed("registration", f"registration initializers present ({len(refs)} registration call(s)"
+    return passed("registration", f"registration initializers present ({len(refs)} registration API symbol(s) "
+                  f"referenced: {', '.join(sorted(set(refs))[:4])}{' and more' if len(set(refs)) > 4 else ''}"
                   + (f"; {named})" if named else ")"))
 
 

@@ -91,12 +91,12 @@ def check_wheel_tag(artifact: ArtifactContext) -> list[CheckResult]:
         if cuda is not None:
             major = int(str(cuda).split(".")[0])
             if cudart and cudart != {major}:
-                problems.append(f"built for CUDA {cuda} but the binaries need libcudart.so."
-                                f"{','.join(map(str, sorted(cudart)))}")
+                problems.append(f"built for CUDA {cuda} but the binaries need "
+                                f"{', '.join(f'libcudart.so.{m}' for m in sorted(cudart))}")
     if artifact.torch is not None and "+cu" in artifact.torch.version and cudart:
         torch_cuda_major = int(artifact.torch.version.split("+cu")[1][:-1] or 0)
         if cudart != {torch_cuda_major}:
-            problems.append(f"the binaries need libcudart.so.{','.join(map(str, sorted(cudart)))} but torch "
+            problems.append(f"the binaries need {', '.join(f'libcudart.so.{m}' for m in sorted(cudart))} but torch "
                             f"{artifact.torch.version} ships CUDA {torch_cuda_major}")
 
     # The torch pin.
