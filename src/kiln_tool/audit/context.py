@@ -10,6 +10,7 @@ from typing import Any
 from .archs import ArchRequest, CudaArch
 from .elf import Buffer, ElfLibrary
 from .inputs import Wheel
+from .loading import Variant
 from .policy import Policy
 from .resolve import Location, Resolver
 from .target import TorchTarget
@@ -35,6 +36,24 @@ class ArtifactContext:
     gpu: CudaArch | None = None
     release: ReleaseRule | None = None
     libraries: list[LibraryContext] = field(default_factory=list)
+    loaded_by_name: dict[str, str] = field(default_factory=dict)  # member -> the .py file that dlopens it
+    variants: dict[str, Variant] = field(default_factory=dict)  # member -> its per-platform family
+
+    @property
+    def torch_platform(self) -> tuple[str, int | None] | None:
+        """('cuda', 13) for a +cu130 torch, ('cpu', None), ('rocm', None); None when the version does not say."""
+        if self.torch is None:
+            return None
+        local = self.torch.version.partition("+")[2]
+        if local.startswith("cu") and local[2:].isdigit():
+            return "cuda", int(local[2:-1] or 0)
+        if local == "cpu":
+            return "cpu", None
+        if local.startswith("rocm"):
+            return "rocm", None
+        if local.startswith("xpu"):
+            return "xpu", None
+        return None
 
 
 @dataclass(frozen=True)
@@ -63,6 +82,27 @@ class LibraryContext:
         return PurePosixPath(self.member).name
 
     @property
+    def loaded_by(self) -> str | None:
+        """The Python file of the wheel that loads this library by name (ctypes, dlopen), if one does."""
+        return self.artifact.loaded_by_name.get(self.member)
+
+    @property
+    def inactive_variant(self) -> str | None:
+        """Why this per-platform variant is never loaded with the target torch (None: it may be)."""
+        variant = self.artifact.variants.get(self.member)
+        target = self.artifact.torch_platform
+        if variant is None or target is None or self.artifact.torch is None:
+            return None
+        torch = self.artifact.torch.version
+        if variant.platform == "cuda" and target[0] == "cuda" and variant.cuda_major not in (None, target[1]):
+            return f"{self.member} is {variant.describe()}; the target torch {torch} is CUDA {target[1]}"
+        if variant.platform != "cuda" and target[0] != variant.platform:
+            return f"{self.member} is {variant.describe()}; the target torch {torch} is not a {variant.platform} build"
+        if variant.platform == "cuda" and target[0] != "cuda":
+            return f"{self.member} is {variant.describe()}; the target torch {torch} is not a CUDA build"
+        return None
+
+    @property
     def extension_module(self) -> str | None:
         """The Python module name when this library is an extension module (imported), else None.
 
@@ -70,7 +110,7 @@ class LibraryContext:
         operators or links torch is an op library that torch.ops.load_library dlopens, not an import.
         """
         match = _EXTENSION_RE.match(self.filename)
-        if match is None:
+        if match is None or self.loaded_by is not None:
             return None
         module = match["module"]
         suffix = match["suffix"] or ""

@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
 
-from . import inputs
+from . import inputs, loading
 from .archs import gpu_runs, parse_arch_list, parse_gpu
 from .checks import abi, build_paths, cuda, exports, hardening, registration, symbols, wheel
 from .context import ArtifactContext, LibraryContext, ReleaseRule
@@ -262,6 +262,16 @@ class _Auditor:
                                        torch_problem=problem, archs=archs, resolver=resolver,
                                        extra_exports=self.options.extra_exports, gpu=self.gpu,
                                        release=self.options.release)
+            python_files = {m: whl.read(m) for m in whl.infos if m.endswith(".py")}
+            artifact.loaded_by_name = loading.loaded_by_name(python_files, [m for m, _, _ in members])
+
+            def needed_of(member: str) -> list[str]:
+                try:
+                    return open_member(member).needed
+                except (ElfInvalid, OSError, *CORRUPT_ELF_ERRORS):
+                    return []
+
+            artifact.variants = loading.variants([m for m, _, _ in members], needed_of)
             report = ArtifactReport(path=str(path), kind="wheel", target=_target_summary(artifact))
             _audit_libraries(artifact, members, opened, report)
             for lib_report in report.libraries:

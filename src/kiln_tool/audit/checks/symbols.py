@@ -97,6 +97,7 @@ def check_undefined_symbols(ctx: LibraryContext) -> list[CheckResult]:
         problems.append(f"version needs name libraries missing from DT_NEEDED: {', '.join(stray)}")
 
     policy = resolver.policy
+    inactive = ctx.inactive_variant
     scope: list[tuple[str, Location, Opened]] | None = None
     torch_loaded: list[tuple[str, Location, Opened]] | None = None
     providers: dict[str, int] = {}  # needed library -> how many of the undefined symbols it provides
@@ -129,8 +130,11 @@ def check_undefined_symbols(ctx: LibraryContext) -> list[CheckResult]:
                 indirect.append(f"{symbol.display()} (only in {provider}, which a needed library pulls in)")
             continue
         if torch_loaded is None:
-            torch_loaded = [entry for entry in resolver.loaded_by_torch() if not entry[1].unknown]
-        provider = next((name for name, _, dep in torch_loaded if _provides(dep, symbol)), None)
+            # A variant for another platform is never loaded beside this torch's libraries.
+            torch_loaded = [] if inactive is not None else [
+                entry for entry in resolver.loaded_by_torch() if not entry[1].unknown]
+        provider = None if symbol.version_file in missing_libs else next(
+            (name for name, _, dep in torch_loaded if _provides(dep, symbol)), None)
         if provider is not None:
             indirect.append(f"{symbol.display()} (only in {provider}, loaded by import torch, not in NEEDED)")
             continue
@@ -143,6 +147,16 @@ def check_undefined_symbols(ctx: LibraryContext) -> list[CheckResult]:
             unchecked.append(symbol.display())
         else:
             unresolved.append(symbol.display())
+    if inactive is not None and missing_libs:
+        # Its platform's libraries come with a torch of that platform, never with this one.
+        extra.append(failed(
+            "undefined-symbols", f"{inactive}, so it is never loaded with it: the libraries it needs that this "
+            f"torch does not provide ({_sample(missing_libs)}) and the {len(left_to_missing)} undefined symbol(s) "
+            f"left to them were not checked.",
+            "nothing, if the package loads only the variant of the running torch; audit against a torch of this "
+            "variant's platform (--torch VERSION) to check it.", "variant"))
+        missing_libs = []
+        left_to_missing = []
     if missing_libs:
         left = (f" ({len(left_to_missing)} undefined symbol(s) that no library found provides are left to them: "
                 f"{_sample(left_to_missing)})" if left_to_missing else "")

@@ -26,6 +26,8 @@ def _expanded_tags(wheel: Wheel) -> set[str]:
 def _cudart_majors(artifact: ArtifactContext) -> set[int]:
     majors = set()
     for lib in artifact.libraries:
+        if lib.inactive_variant is not None:
+            continue  # a per-CUDA variant for another CUDA: loaded only with a torch of its own CUDA
         for needed in lib.lib.needed:
             match = _CUDART.match(needed)
             if match:
