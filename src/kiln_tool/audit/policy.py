@@ -54,10 +54,16 @@ class BuildPathRule:
     roots: tuple[str, ...]
     dependency_dirs: frozenset[str]
     toolchain_prefixes: tuple[str, ...]
+    prebuilt_prefixes: tuple[str, ...] = ()
+    max_dwarf_bytes: int = 256 << 20
 
     def classify(self, path: str) -> str | None:
         """'source' for a source/build-tree path, 'toolchain' for a toolchain or dependency header,
-        None for anything else (a run-time file such as /proc/self/maps)."""
+        'prebuilt' for a source of the toolchain's own prebuilt objects (the manylinux compilers' static
+        libstdc++ parts, built in an RPM build root), None for anything else (a run-time file such as
+        /proc/self/maps)."""
+        if path.startswith(self.prebuilt_prefixes):
+            return "prebuilt"
         parts = path.strip("/").split("/")
         if len(parts) < 2:
             return None
@@ -192,7 +198,9 @@ def load_policy(name: str) -> Policy:
                 build_dirs=tuple(data["build_paths"]["build_dirs"]),
                 roots=tuple(data["build_paths"]["roots"]),
                 dependency_dirs=frozenset(data["build_paths"]["dependency_dirs"]),
-                toolchain_prefixes=tuple(data["build_paths"]["toolchain_prefixes"])),
+                toolchain_prefixes=tuple(data["build_paths"]["toolchain_prefixes"]),
+                prebuilt_prefixes=tuple(data["build_paths"]["prebuilt_prefixes"]),
+                max_dwarf_bytes=int(data["build_paths"]["max_dwarf_bytes"])),
             torch_registration_symbols=tuple(data["torch_registration_symbols"]),
             limits=Limits(**data["limits"]),
             severity=_severities(data["severity"]),
