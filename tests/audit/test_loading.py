@@ -104,3 +104,21 @@ def test_loaded_by_name_needs_a_loader_call() -> None:
     libs = ["pkg/libkilnops_cu12.so", "pkg/libkilnopsx.so", "pkg/_C.so"]
     assert loaded_by_name({"pkg/a.py": LOADER}, libs) == {"pkg/libkilnops_cu12.so": "pkg/a.py"}
     assert loaded_by_name({"pkg/a.py": b'NAME = "libkilnops_cu12.so"\n'}, libs) == {}
+
+
+def test_loaded_by_name_across_modules() -> None:
+    """torch-memory-saver's layout: one module calls ctypes.CDLL(path), another names the library stem."""
+    files = {"pkg/binary_wrapper.py": b"import ctypes\ndef load(p):\n    return ctypes.CDLL(p)\n",
+             "pkg/hooks/mode_torch.py": b'STEM = "pkg_hook_mode_torch"\n'}
+    libs = ["pkg_hook_mode_torch_cu12.abi3.so", "pkg_hook_mode_torch.abi3.so", "pkg_other.abi3.so"]
+    assert loaded_by_name(files, libs) == {"pkg_hook_mode_torch_cu12.abi3.so": "pkg/hooks/mode_torch.py",
+                                           "pkg_hook_mode_torch.abi3.so": "pkg/hooks/mode_torch.py"}
+
+
+def test_unsuffixed_build_is_one_of_the_family() -> None:
+    needed = {"x_cu12.abi3.so": ["libcudart.so.12"], "x_cu13.abi3.so": ["libcudart.so.13"],
+              "x.abi3.so": ["libcudart.so.12"], "y_cu12.so": [], "y_cu13.so": [], "y.so": []}
+    found = variants(sorted(needed), lambda member: needed[member])
+    assert found["x.abi3.so"].platform == "cuda" and found["x.abi3.so"].cuda_major == 12
+    assert found["x_cu13.abi3.so"].family == ("x.abi3.so", "x_cu12.abi3.so", "x_cu13.abi3.so")
+    assert found["y.so"].platform == "default" and found["y.so"].cuda_major is None

@@ -83,15 +83,19 @@ class LibraryContext:
 
     @property
     def loaded_by(self) -> str | None:
-        """The Python file of the wheel that loads this library by name (ctypes, dlopen), if one does."""
-        return self.artifact.loaded_by_name.get(self.member)
+        """The Python file of the wheel that loads this library by name (ctypes, dlopen), if one does; never
+        for a library that defines PyInit_*: that one is imported."""
+        if self.member not in self.artifact.loaded_by_name or any(
+                s.defined and s.name.startswith("PyInit_") for s in self.lib.dynamic_symbols):
+            return None
+        return self.artifact.loaded_by_name[self.member]
 
     @property
     def inactive_variant(self) -> str | None:
         """Why this per-platform variant is never loaded with the target torch (None: it may be)."""
         variant = self.artifact.variants.get(self.member)
         target = self.artifact.torch_platform
-        if variant is None or target is None or self.artifact.torch is None:
+        if variant is None or target is None or self.artifact.torch is None or variant.platform == "default":
             return None
         torch = self.artifact.torch.version
         if variant.platform == "cuda" and target[0] == "cuda" and variant.cuda_major not in (None, target[1]):

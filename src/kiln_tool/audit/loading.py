@@ -17,8 +17,9 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-_LOADER_CALL = re.compile(rb"\b(?:CDLL|PyDLL|LoadLibrary|dlopen)\s*\(")
-_LIB_LITERAL = re.compile(rb"lib[A-Za-z0-9_+.-]{2,}")
+_LOADER_CALL = re.compile(rb"\b(?:CDLL|PyDLL|LoadLibrary|dlopen)\s*\(|\bLD_PRELOAD\b")
+# The text a string literal starts with (an f-string's up to its first {}), at least 6 characters.
+_LITERAL = re.compile(rb"[\"']([A-Za-z_][A-Za-z0-9_+.-]{5,})")
 _VARIANT = re.compile(r"^(?P<stem>.+?)(?P<platform>cuda|cu|rocm|hip|xpu)(?P<version>\d+)"
                       r"(?P<rest>(?:\.abi3|\.cpython-[A-Za-z0-9_-]+)?\.so(?:\.\d+)*)$")
 _CUDART = re.compile(r"^libcudart\.so\.(\d+)")
@@ -41,19 +42,23 @@ class Variant:
 
 
 def loaded_by_name(python_files: dict[str, bytes], libraries: list[str]) -> dict[str, str]:
-    """library member -> the Python file of the wheel that loads it by name (ctypes / dlopen)."""
+    """library member -> the Python file of the wheel that names it, when the wheel's Python loads
+    libraries by name (ctypes.CDLL, dlopen, LD_PRELOAD) somewhere: the call and the name are often in
+    different modules (a loader helper, and each caller's library stem)."""
     found: dict[str, str] = {}
+    if not any(_LOADER_CALL.search(text) for text in python_files.values()):
+        return found
+    best: dict[str, int] = {}  # the file naming the library most precisely (the longest matching literal) wins
     for source, text in sorted(python_files.items()):
-        if not _LOADER_CALL.search(text):
-            continue
-        fragments = {f.decode().rstrip(".") for f in _LIB_LITERAL.findall(text)}
+        fragments = {f.decode().rstrip(".") for f in _LITERAL.findall(text)}
         for library in libraries:
             name = posixpath.basename(library)
             for fragment in fragments:
-                if name == fragment or (name.startswith(fragment) and len(fragment) >= 6 and (
-                        fragment[-1] in "_-" or name[len(fragment)] in "._-")):
-                    found.setdefault(library, source)
-                    break
+                names_it = name == fragment or (name.startswith(fragment) and (
+                    fragment[-1] in "_-" or name[len(fragment)] in "._-"))
+                if names_it and len(fragment) > best.get(library, 0):
+                    best[library] = len(fragment)
+                    found[library] = source
     return found
 
 
@@ -64,7 +69,15 @@ def _cuda_major(platform: str, version: str, needed: list[str]) -> int | None:
         match = _CUDART.match(name)
         if match:
             return int(match[1])
+    if not version.strip("0"):
+        return None
     return int(version[:2]) if len(version) >= 3 or int(version[:2]) >= 10 else int(version[0])
+
+
+def _stem_rest(library: str) -> tuple[str, str]:
+    match = _VARIANT.match(posixpath.basename(library))
+    assert match is not None
+    return match["stem"], match["rest"]
 
 
 def variants(libraries: list[str], needed_of: Callable[[str], list[str]]) -> dict[str, Variant]:
@@ -81,6 +94,13 @@ def variants(libraries: list[str], needed_of: Callable[[str], list[str]]) -> dic
     for members in families.values():
         if len(members) < 2:
             continue
+        # The unsuffixed name beside them (<stem>.abi3.so next to <stem>_cu12.abi3.so): the default build,
+        # one of the family too; its CUDA major (if any) is the one its NEEDED libcudart names.
+        directory, stem, rest = next((posixpath.dirname(m[0]), *_stem_rest(m[0])) for m in members)
+        plain = posixpath.join(directory, stem.rstrip("_-") + rest)
+        if plain in libraries:
+            major = _cuda_major("cuda", "0", needed_of(plain))
+            members.append((plain, "cuda" if major else "default", ""))
         family = tuple(sorted(m[0] for m in members))
         for library, platform, version in members:
             result[library] = Variant(platform, version, _cuda_major(platform, version, needed_of(library)), family)

@@ -182,7 +182,7 @@ class Resolver:
             for member, recorded in record.libraries.items():
                 loaded.setdefault(recorded.name, Location(recorded=member))
             for name in record.loaded_unrecorded():
-                if name not in self.policy.system_libraries:
+                if name not in self.policy.system_libraries and name not in self.policy.driver_libraries:
                     loaded.setdefault(name, Location(recorded=f"?{name}"))
         elif self.torch is not None and self.torch.lib_dir is not None:
             lib_dir = self.torch.lib_dir
