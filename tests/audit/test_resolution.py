@@ -173,3 +173,41 @@ def test_underlinked_through_torch(libs: dict[str, bytes], tmp_path: Path, monke
     assert not result.ok
     assert "kiln_dep (only in libdep.so, loaded by import torch, not in NEEDED)" in result.detail
     assert "no needed library provides" not in result.detail
+
+
+def test_library_from_a_declared_dependency(libs: dict[str, bytes], tmp_path: Path) -> None:
+    """A needed library that a Requires-Dist dependency ships (installed beside torch) is a warning naming
+    that dependency, not 'not found'; an undeclared one stays an error."""
+    site = tmp_path / "lib" / "python3.11" / "site-packages"
+    (site / "torch" / "lib").mkdir(parents=True)
+    (site / "torch" / "version.py").write_text("__version__ = '9.3.0+cpu'\n")
+    (site / "torch" / "lib" / "libc10.so").write_bytes(libs["libc10.so"])
+    (site / "torch" / "lib" / "libkilnblas.so.1").write_bytes(libs["libkilnblas.so.1"])
+    (site / "kilndep" / "lib").mkdir(parents=True)
+    (site / "kilndep" / "lib" / "libcuda.so.1").write_bytes(libs["libcuda.so.1"])
+    info = site / "kilndep-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: kilndep\nVersion: 1.0\n")
+    (info / "RECORD").write_text("kilndep/lib/libcuda.so.1,,\n")
+    from kiln_tool.audit import AuditOptions
+    from kiln_tool.audit.policy import load_policy
+
+    policy = load_policy("manylinux_2_28")
+    saved_drivers = dict(policy.driver_libraries)
+    policy.driver_libraries.clear()  # here libcuda.so.1 stands for any library a dependency ships
+    try:
+        declared = make_wheel(tmp_path, {"kilntest/ext.so": libs["ext.so"]}, requires=("kilndep>=1",))
+        (lib,) = audit_paths([declared], AuditOptions(torch_lib=site / "torch" / "lib")).artifacts[0].libraries
+        results = {c.finding: c for c in _undefined(lib)}
+        assert results["dependency"].severity == "warning"
+        assert "libcuda.so.1, which the declared dependency kilndep 1.0 (Requires-Dist: kilndep>=1) ships" in \
+            results["dependency"].detail
+        assert "not found" not in results[""].detail
+        (tmp_path / "undeclared").mkdir()
+        undeclared = make_wheel(tmp_path / "undeclared", {"kilntest/ext.so": libs["ext.so"]})
+        (lib,) = audit_paths([undeclared], AuditOptions(torch_lib=site / "torch" / "lib")).artifacts[0].libraries
+        results = {c.finding: c for c in _undefined(lib)}
+        assert "dependency" not in results
+        assert "needed libraries not found in the installed layout: libcuda.so.1" in results[""].detail
+    finally:
+        policy.driver_libraries.update(saved_drivers)

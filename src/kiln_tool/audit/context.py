@@ -38,6 +38,36 @@ class ArtifactContext:
     libraries: list[LibraryContext] = field(default_factory=list)
     loaded_by_name: dict[str, str] = field(default_factory=dict)  # member -> the .py file that dlopens it
     variants: dict[str, Variant] = field(default_factory=dict)  # member -> its per-platform family
+    requires: tuple[str, ...] = ()  # METADATA Requires-Dist
+    _dependency_files: dict[str, str] | None = None
+
+    def dependency_providing(self, library: str) -> str | None:
+        """The declared dependency (Requires-Dist) whose installed files hold `library`, looked up in the
+        target torch's site-packages (where the wheel's dependencies are installed beside it)."""
+        if self._dependency_files is None:
+            self._dependency_files = {}
+            site = self.torch.site_dir if self.torch is not None else None
+            if site is not None and self.requires:
+                from importlib.metadata import distributions
+
+                from packaging.requirements import InvalidRequirement, Requirement
+                from packaging.utils import canonicalize_name
+
+                declared = {}
+                for text in self.requires:
+                    try:
+                        requirement = Requirement(text)
+                    except InvalidRequirement:
+                        continue
+                    declared[canonicalize_name(requirement.name)] = text
+                for dist in distributions(path=[str(site)]):
+                    name = canonicalize_name(dist.metadata["Name"] or "")
+                    if name in declared and name != "torch":
+                        for file in dist.files or []:
+                            self._dependency_files.setdefault(PurePosixPath(str(file)).name,
+                                                              f"{dist.metadata['Name']} {dist.version} "
+                                                              f"(Requires-Dist: {declared[name]})")
+        return self._dependency_files.get(library)
 
     @property
     def torch_platform(self) -> tuple[str, int | None] | None:

@@ -262,6 +262,7 @@ class _Auditor:
                                        torch_problem=problem, archs=archs, resolver=resolver,
                                        extra_exports=self.options.extra_exports, gpu=self.gpu,
                                        release=self.options.release)
+            artifact.requires = tuple(whl.metadata().get("Requires-Dist", []))
             python_files = {m: whl.read(m) for m in whl.infos if m.endswith(".py")}
             artifact.loaded_by_name = loading.loaded_by_name(python_files, [m for m, _, _ in members])
 

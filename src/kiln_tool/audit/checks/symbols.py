@@ -157,6 +157,17 @@ def check_undefined_symbols(ctx: LibraryContext) -> list[CheckResult]:
             "variant's platform (--torch VERSION) to check it.", "variant"))
         missing_libs = []
         left_to_missing = []
+    from_dependency = {n: d for n in missing_libs if (d := ctx.artifact.dependency_providing(n)) is not None}
+    if from_dependency:
+        extra.append(failed(
+            "undefined-symbols", f"{ctx.member} needs "
+            + "; ".join(f"{n}, which the declared dependency {d} ships" for n, d in from_dependency.items())
+            + ": no RUNPATH of it reaches that library, so it loads only after the package has loaded it (ctypes "
+            "preload, import order); its symbols were not checked.",
+            "add an $ORIGIN-relative RUNPATH to the dependency's library folder (e.g. $ORIGIN/../nvidia/cublas/lib), "
+            "so it loads in any order.", "dependency"))
+        missing_libs = [n for n in missing_libs if n not in from_dependency]
+        left_to_missing = [] if not missing_libs else left_to_missing
     if missing_libs:
         left = (f" ({len(left_to_missing)} undefined symbol(s) that no library found provides are left to them: "
                 f"{_sample(left_to_missing)})" if left_to_missing else "")
