@@ -43,3 +43,14 @@ def test_unpacked_symbols_of_torch(name: str) -> None:
     assert isinstance(unpacked, list) and len(unpacked) > 1000
     assert unpacked == parsed
     assert any(s.version_hidden for s in unpacked) or any(s.version for s in unpacked)
+
+
+@pytest.mark.parametrize("name", ["libregister.so", "libplain.so", "libf32.so"])
+def test_static_symbol_names_are_pyelftools_names(corpus: Corpus, name: str) -> None:
+    lib = ElfLibrary.open(corpus[name])
+    try:
+        section = lib._section_of_type("SHT_SYMTAB")
+        parsed = [str(s.name) for s in section.iter_symbols() if s.name] if section is not None else []
+        assert lib.static_symbol_names() == parsed and parsed
+    finally:
+        lib.close()

@@ -472,8 +472,35 @@ class ElfLibrary:
 
     def static_symbol_names(self) -> list[str]:
         """Names in .symtab (empty for stripped libraries)."""
+        return list(self._static_symbol_names)
+
+    @cached_property
+    def _static_symbol_names(self) -> tuple[str, ...]:
         section = self._section_of_type("SHT_SYMTAB")
-        return [] if section is None else [str(s.name) for s in section.iter_symbols() if s.name]
+        if section is None:
+            return ()
+        entsize, strtab_index = int(section["sh_entsize"]), int(section["sh_link"])
+        if not self.buffer or entsize != (24 if self.elfclass == 64 else 16) or \
+                not 0 <= strtab_index < self.elf.num_sections():
+            return tuple(str(s.name) for s in section.iter_symbols() if s.name)
+        # st_name is the first word of an entry in both classes: read it straight from the mapping.
+        strtab = self.elf.get_section(strtab_index)
+        str_start = int(strtab["sh_offset"])
+        str_end = str_start + int(strtab["sh_size"])
+        offset, count = int(section["sh_offset"]), int(section["sh_size"]) // entsize
+        fmt = ("<" if self.elf.little_endian else ">") + "I"
+        names = []
+        for index in range(count):
+            name_at = struct.unpack_from(fmt, self.buffer, offset + index * entsize)[0]
+            if name_at == 0:
+                continue
+            start = str_start + name_at
+            end = self.buffer.find(b"\0", start, str_end)
+            if start >= str_end or end < 0:
+                raise ElfInvalid(f"corrupt ELF: .symtab entry {index} names offset {name_at} past its string table")
+            if end > start:
+                names.append(bytes(self.buffer[start:end]).decode("latin-1"))
+        return tuple(names)
 
     def allocated_sections(self) -> Iterator[tuple[str, int, int]]:
         """(name, offset, size) of the sections with file contents."""
