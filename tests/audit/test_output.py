@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from audit_corpus import Corpus, make_wheel
 from hypothesis import given
 from hypothesis import strategies as st
@@ -60,3 +61,32 @@ def test_registration_counts_say_what_they_count(corpus: Corpus) -> None:
     (check,) = [c for c in report.artifacts[0].libraries[0].checks if c.id == "registration"]
     assert "1 registration API symbol(s) referenced: _ZN5torch6detail16TorchLibraryInitC1E" in check.detail
     assert "call(s)" not in check.detail
+
+
+def test_list_items_stay_apart(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two CUDA majors are two items: 'libcudart.so.12, libcudart.so.13', never 'libcudart.so.12,13'."""
+    import shutil
+    import subprocess
+
+    from kiln_tool.audit import target as target_module
+    from kiln_tool.audit.torch_abi import load_recorded
+
+    if shutil.which("gcc") is None or load_recorded("2.14.1+cu130") is None:
+        pytest.skip("needs gcc and the recorded torch 2.14.1+cu130")
+    monkeypatch.setattr(target_module, "candidate_lib_dirs", lambda: [])
+    files = {}
+    for major, name in ((12, "liba.so"), (13, "libb.so")):
+        work = tmp_path / str(major)
+        work.mkdir()
+        (work / "s.c").write_text("int cudaGetDeviceCount(int *c) { *c = 0; return 0; }\n")
+        subprocess.run(["gcc", "-shared", "-fPIC", "-o", f"libcudart.so.{major}", "s.c",
+                        f"-Wl,-soname,libcudart.so.{major}"], check=True, cwd=work)
+        (work / "u.c").write_text("extern int cudaGetDeviceCount(int *); int kiln_n(void) { int n; "
+                                  "return cudaGetDeviceCount(&n); }\n")
+        subprocess.run(["gcc", "-shared", "-fPIC", "-o", name, "u.c", f"-L{work}", f"-l:libcudart.so.{major}"],
+                       check=True, cwd=work)
+        files[f"kilntest/{name}"] = (work / name).read_bytes()
+    wheel = make_wheel(tmp_path, files, requires=("torch==2.14.1",))
+    (artifact,) = audit_paths([wheel]).artifacts
+    (tag,) = [c for c in artifact.checks if c.id == "wheel-tag" and not c.ok and not c.finding]
+    assert "the binaries need libcudart.so.12, libcudart.so.13 but torch 2.14.1+cu130 ships CUDA 13" in tag.detail
