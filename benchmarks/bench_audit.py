@@ -1,10 +1,16 @@
-"""How long `kiln audit` takes on a big wheel (the goal: a 100 MB wheel in at most 2 s).
+"""How long `kiln audit` takes and how much memory it needs, beside `auditwheel show` on the same wheels.
 
     .venv/bin/python benchmarks/bench_audit.py [--size-mb 100] [--repeat 5] [--wheel W.whl ...]
 
 Without --wheel it builds one: a tiny hardened extension module made big with a section of
 random bytes (objcopy --add-section), so the wheel stays as big as its contents, plus a few
 smaller libraries; every check reads all of it (RECORD hashes, ELF parsing, the build-path scan).
+
+Each run is a fresh process (`scripts/kiln audit --json W`, then `auditwheel show W`, alternating, so
+both see the same page cache and machine load); its wall time and peak RSS (wait4's ru_maxrss) are
+measured. The goals (issue 20): peak RSS at most 300 MB on a ~500 MB wheel (sgl-kernel), and kiln audit
+no slower than auditwheel show, which checks less. auditwheel's own exit status is not judged (it
+refuses some wheels it can still show).
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ import argparse
 import base64
 import hashlib
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -23,8 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from kiln_tool.audit import AuditOptions, audit_paths
-
+REPO = Path(__file__).resolve().parents[1]
 SOURCE = """
 __attribute__((visibility("default"))) void *PyInit_big(void) { return 0; }
 int kiln_hidden(int x) { return x + 1; }
@@ -67,27 +73,51 @@ def build_wheel(work: Path, size_mb: int) -> Path:
     return wheel
 
 
+def measure(command: list[str]) -> tuple[float, float, int]:
+    """(wall seconds, peak RSS in MiB, exit status) of one run of `command` in a fresh process."""
+    start = time.perf_counter()
+    child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _, status, usage = os.wait4(child.pid, 0)
+    child.returncode = os.waitstatus_to_exitcode(status)
+    return time.perf_counter() - start, usage.ru_maxrss / 1024, child.returncode
+
+
+def _auditwheel() -> str | None:
+    found = Path(sys.executable).parent / "auditwheel"
+    return str(found) if found.is_file() else shutil.which("auditwheel")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size-mb", type=int, default=100)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--wheel", type=Path, action="append", default=[])
     args = parser.parse_args()
+    auditwheel = _auditwheel()
+    if auditwheel is None:
+        print("auditwheel is not installed (pip install auditwheel): nothing to compare with", file=sys.stderr)
+        return 2
     with tempfile.TemporaryDirectory(prefix="bench-audit-") as tmp:
         wheels = args.wheel or [build_wheel(Path(tmp), args.size_mb)]
         for wheel in wheels:
-            times = []
-            report = None
+            runs: dict[str, list[tuple[float, float, int]]] = {"kiln audit": [], "auditwheel show": []}
             for _ in range(args.repeat):
-                start = time.perf_counter()
-                report = audit_paths([wheel], AuditOptions())
-                times.append(time.perf_counter() - start)
-            assert report is not None
+                runs["kiln audit"].append(measure([sys.executable, str(REPO / "scripts" / "kiln"), "audit", "--json",
+                                                   str(wheel)]))
+                runs["auditwheel show"].append(measure([auditwheel, "show", str(wheel)]))
             size = wheel.stat().st_size / 2**20
-            failed = sorted({c.id for _, _, c in report.failures()})
-            print(f"{wheel.name}: {size:.1f} MiB, audit median {statistics.median(times):.3f} s, "
-                  f"min {min(times):.3f} s, max {max(times):.3f} s over {args.repeat} runs "
-                  f"({size / statistics.median(times):.0f} MiB/s); failed checks: {', '.join(failed) or 'none'}")
+            with zipfile.ZipFile(wheel) as zf:
+                unpacked = sum(i.file_size for i in zf.infolist()) / 2**20
+            print(f"{wheel.name}: {size:.1f} MiB ({unpacked:.0f} MiB unpacked), {args.repeat} run(s) each, alternating")
+            medians = {}
+            for tool, results in runs.items():
+                times = [r[0] for r in results]
+                rss = [r[1] for r in results]
+                medians[tool] = statistics.median(times)
+                print(f"  {tool:16} median {statistics.median(times):7.2f} s (min {min(times):.2f}, max "
+                      f"{max(times):.2f}); peak RSS max {max(rss):7.1f} MiB; exit {sorted({r[2] for r in results})}")
+            ratio = medians["kiln audit"] / medians["auditwheel show"]
+            print(f"  kiln audit / auditwheel show: {ratio:.2f}x the time")
     return 0
 
 

@@ -9,7 +9,7 @@ The interface the wheel pipeline (`kiln wheels`) and `kiln index` call::
     report.ok              # True when no check failed with severity "error" (warnings do not fail)
     report.to_json()       # {"schema", "ok", "errors", "warnings", "check_ids", "artifacts": [{"path",
                            #   "kind", "ok", "warnings", "target", "checks": [...], "libraries": [{"path",
-                           #   "ok", "warnings", "cuda_manifest", "gpu", "checks": [{"id", "ok", "severity",
+                           #   "ok", "warnings", "cuda_manifest", "gpu", "copies", "checks": [{"id", "ok", "severity",
                            #   "finding", "detail", "fix"}]}]}]}
     report.render_text()   # per artifact: errors, then warnings, each with its fix; passes folded into
                            # one line per library (render_text(verbose=True) lists each)
@@ -34,7 +34,9 @@ AuditOptions:
                 and the platform floor when the target torch's own is unknown.
 
 Check ids are in CHECK_IDS; each module under checks/ holds the checks of one concern.
-Everything is read statically with pyelftools; no audited library is ever loaded.
+Everything is read statically with pyelftools; no audited library is ever loaded. Libraries are
+unpacked into a private temporary folder and memory-mapped, read section by section (memory stays
+bounded whatever a wheel's size); elf.py reads .dynsym and .symtab straight from the mapping.
 """
 
 from __future__ import annotations

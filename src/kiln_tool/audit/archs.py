@@ -125,8 +125,11 @@ def gpu_runs(manifest: ArchManifestLike, gpu: CudaArch) -> tuple[bool, str]:
     sass = [a for a in manifest.sass if sass_runs_on(a, gpu)]
     if sass:
         best = max(sass)
-        exact = "for it" if (best.number, best.variant) == (gpu.number, "") else \
-            f"binary compatible: same major {gpu.major}, {best.major}.{best.minor} <= {gpu.major}.{gpu.minor}"
+        if best.number == gpu.number:
+            exact = "for it" + (f", arch-specific {best.sm}" if best.variant == "a" else
+                                f", family-specific {best.sm}" if best.variant == "f" else "")
+        else:
+            exact = f"binary compatible: same major {gpu.major}, {best.major}.{best.minor} <= {gpu.major}.{gpu.minor}"
         return True, f"SASS {best.sm} ({exact})"
     ptx = [a for a in manifest.ptx if ptx_runs_on(a, gpu)]
     if ptx:

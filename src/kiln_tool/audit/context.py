@@ -8,8 +8,9 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from .archs import ArchRequest, CudaArch
-from .elf import ElfLibrary
+from .elf import Buffer, ElfLibrary
 from .inputs import Wheel
+from .loading import Variant
 from .policy import Policy
 from .resolve import Location, Resolver
 from .target import TorchTarget
@@ -35,6 +36,54 @@ class ArtifactContext:
     gpu: CudaArch | None = None
     release: ReleaseRule | None = None
     libraries: list[LibraryContext] = field(default_factory=list)
+    loaded_by_name: dict[str, str] = field(default_factory=dict)  # member -> the .py file that dlopens it
+    variants: dict[str, Variant] = field(default_factory=dict)  # member -> its per-platform family
+    requires: tuple[str, ...] = ()  # METADATA Requires-Dist
+    _dependency_files: dict[str, str] | None = None
+
+    def dependency_providing(self, library: str) -> str | None:
+        """The declared dependency (Requires-Dist) whose installed files hold `library`, looked up in the
+        target torch's site-packages (where the wheel's dependencies are installed beside it)."""
+        if self._dependency_files is None:
+            self._dependency_files = {}
+            site = self.torch.site_dir if self.torch is not None else None
+            if site is not None and self.requires:
+                from importlib.metadata import distributions
+
+                from packaging.requirements import InvalidRequirement, Requirement
+                from packaging.utils import canonicalize_name
+
+                declared = {}
+                for text in self.requires:
+                    try:
+                        requirement = Requirement(text)
+                    except InvalidRequirement:
+                        continue
+                    declared[canonicalize_name(requirement.name)] = text
+                for dist in distributions(path=[str(site)]):
+                    name = canonicalize_name(dist.metadata["Name"] or "")
+                    if name in declared and name != "torch":
+                        for file in dist.files or []:
+                            self._dependency_files.setdefault(PurePosixPath(str(file)).name,
+                                                              f"{dist.metadata['Name']} {dist.version} "
+                                                              f"(Requires-Dist: {declared[name]})")
+        return self._dependency_files.get(library)
+
+    @property
+    def torch_platform(self) -> tuple[str, int | None] | None:
+        """('cuda', 13) for a +cu130 torch, ('cpu', None), ('rocm', None); None when the version does not say."""
+        if self.torch is None:
+            return None
+        local = self.torch.version.partition("+")[2]
+        if local.startswith("cu") and local[2:].isdigit():
+            return "cuda", int(local[2:-1] or 0)
+        if local == "cpu":
+            return "cpu", None
+        if local.startswith("rocm"):
+            return "rocm", None
+        if local.startswith("xpu"):
+            return "xpu", None
+        return None
 
 
 @dataclass(frozen=True)
@@ -53,12 +102,39 @@ class LibraryContext:
     member: str
     location: Location
     lib: ElfLibrary
-    data: bytes
+    # The whole file: bytes, or its read-only mapping (search it with re, or find(x, 0): an mmap's
+    # find starts at its current position).
+    data: Buffer
     artifact: ArtifactContext
 
     @property
     def filename(self) -> str:
         return PurePosixPath(self.member).name
+
+    @property
+    def loaded_by(self) -> str | None:
+        """The Python file of the wheel that loads this library by name (ctypes, dlopen), if one does; never
+        for a library that defines PyInit_*: that one is imported."""
+        if self.member not in self.artifact.loaded_by_name or any(
+                s.defined and s.name.startswith("PyInit_") for s in self.lib.dynamic_symbols):
+            return None
+        return self.artifact.loaded_by_name[self.member]
+
+    @property
+    def inactive_variant(self) -> str | None:
+        """Why this per-platform variant is never loaded with the target torch (None: it may be)."""
+        variant = self.artifact.variants.get(self.member)
+        target = self.artifact.torch_platform
+        if variant is None or target is None or self.artifact.torch is None or variant.platform == "default":
+            return None
+        torch = self.artifact.torch.version
+        if variant.platform == "cuda" and target[0] == "cuda" and variant.cuda_major not in (None, target[1]):
+            return f"{self.member} is {variant.describe()}; the target torch {torch} is CUDA {target[1]}"
+        if variant.platform != "cuda" and target[0] != variant.platform:
+            return f"{self.member} is {variant.describe()}; the target torch {torch} is not a {variant.platform} build"
+        if variant.platform == "cuda" and target[0] != "cuda":
+            return f"{self.member} is {variant.describe()}; the target torch {torch} is not a CUDA build"
+        return None
 
     @property
     def extension_module(self) -> str | None:
@@ -68,7 +144,7 @@ class LibraryContext:
         operators or links torch is an op library that torch.ops.load_library dlopens, not an import.
         """
         match = _EXTENSION_RE.match(self.filename)
-        if match is None:
+        if match is None or self.loaded_by is not None:
             return None
         module = match["module"]
         suffix = match["suffix"] or ""

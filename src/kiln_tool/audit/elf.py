@@ -1,13 +1,17 @@
 """Small ELF helpers over pyelftools: what the checks need to know about one shared object.
 
-`ElfLibrary` is read lazily: the audited libraries are read in full, while the big libraries
-they resolve against (libtorch_cpu.so has 75k dynamic symbols) are only asked for single
-symbols through their GNU hash table.
+`ElfLibrary` is read lazily, section by section: a file is memory-mapped (never read whole), the
+audited libraries' dynamic symbols are read in full, while the big libraries they resolve against
+(libtorch_cpu.so has 75k dynamic symbols) are only asked for single symbols through their GNU hash
+table. `scan` walks a byte range in windows and drops each window's pages once searched, so the
+memory an audit needs stays bounded whatever the size of the library.
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
+import mmap
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -18,6 +22,7 @@ from typing import IO, Any
 from elftools.common.exceptions import ELFError
 from elftools.elf.constants import SH_FLAGS
 from elftools.elf.elffile import ELFFile
+from elftools.elf.enums import ENUM_ST_INFO_BIND, ENUM_ST_INFO_TYPE, ENUM_ST_VISIBILITY
 from elftools.elf.hash import GNUHashSection
 
 ELF_MAGIC = b"\x7fELF"
@@ -34,6 +39,16 @@ MACHINES: dict[str, tuple[int, str]] = {
 _DF_TEXTREL = 0x4
 _PF_X = 0x1
 _VERSYM_HIDDEN = 0x8000
+SCAN_WINDOW = 32 << 20  # bytes searched at once by `scan`
+SCAN_OVERLAP = 8192  # longer than any path searched for: a match across a window edge is seen whole
+
+# What a library's contents are read as: bytes (tests, small members) or a read-only mapping of its file.
+Buffer = bytes | mmap.mmap
+
+
+_BINDS = {v: k for k, v in ENUM_ST_INFO_BIND.items() if isinstance(v, int)}
+_TYPES = {v: k for k, v in ENUM_ST_INFO_TYPE.items() if isinstance(v, int)}
+_VISIBILITIES = {v: k for k, v in ENUM_ST_VISIBILITY.items() if isinstance(v, int)}
 
 
 class ElfInvalid(ValueError):
@@ -80,10 +95,13 @@ def _check_bounds(elf: ELFFile, size: int) -> None:
 class ElfLibrary:
     """A shared object opened for reading. `where` names it in messages."""
 
-    def __init__(self, stream: IO[bytes], size: int, where: str, *, expect_machine: str | None = None) -> None:
+    def __init__(self, stream: IO[bytes], size: int, where: str, *, expect_machine: str | None = None,
+                 buffer: Buffer | None = None, owned: IO[bytes] | None = None) -> None:
         self.where = where
         self.size = size
         self._stream = stream
+        self._owned = owned
+        self.buffer: Buffer = buffer if buffer is not None else b""
         if size == 0:
             raise ElfInvalid("empty file (0 bytes)")
         stream.seek(0)
@@ -112,19 +130,54 @@ class ElfLibrary:
 
     @classmethod
     def from_bytes(cls, data: bytes, where: str, *, expect_machine: str | None = None) -> ElfLibrary:
-        return cls(io.BytesIO(data), len(data), where, expect_machine=expect_machine)
+        return cls(io.BytesIO(data), len(data), where, expect_machine=expect_machine, buffer=data)
 
     @classmethod
-    def open(cls, path: Path, *, expect_machine: str | None = None) -> ElfLibrary:
-        stream = path.open("rb")
+    def open(cls, path: Path, *, expect_machine: str | None = None, where: str | None = None) -> ElfLibrary:
+        """The file memory-mapped read-only: pages are read when a check touches them, never all at once."""
+        file = path.open("rb")
         try:
-            return cls(stream, path.stat().st_size, str(path), expect_machine=expect_machine)
+            size = path.stat().st_size
+            if size == 0:
+                return cls(io.BytesIO(b""), 0, where or str(path), expect_machine=expect_machine)
+            mapped = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
+            try:
+                return cls(mapped, size, where or str(path), expect_machine=expect_machine,  # type: ignore[arg-type]
+                           buffer=mapped, owned=file)
+            except BaseException:
+                mapped.close()
+                raise
         except BaseException:
-            stream.close()
+            file.close()
             raise
 
     def close(self) -> None:
-        self._stream.close()
+        # A view into the mapping still alive (BufferError): the mapping goes when the view does.
+        with contextlib.suppress(BufferError):
+            self._stream.close()
+        if self._owned is not None:
+            self._owned.close()
+
+    def release(self, start: int = 0, length: int | None = None) -> None:
+        """Drop the mapped pages of [start, start+length) from memory (they are read again if touched)."""
+        if not isinstance(self.buffer, mmap.mmap) or self.buffer.closed:
+            return
+        page = mmap.PAGESIZE
+        begin = start - start % page
+        end = self.size if length is None else min(self.size, start + length)
+        if end > begin:
+            self.buffer.madvise(mmap.MADV_DONTNEED, begin, end - begin)
+
+    def scan(self, start: int, end: int) -> Iterator[tuple[int, int]]:
+        """[start, end) in windows of SCAN_WINDOW (each overlapping the next by SCAN_OVERLAP): yields
+        (window start, window end) to search with a pattern's pos/endpos over `buffer`; a match belongs
+        to the window it starts in before the next window's start. Each window's pages are dropped after."""
+        at = start
+        while at < end:
+            stop = min(end, at + SCAN_WINDOW)
+            yield at, min(end, stop + SCAN_OVERLAP)
+            self.release(at, stop + SCAN_OVERLAP - at)
+            at = stop
 
     # -- dynamic section -------------------------------------------------------------------
 
@@ -284,7 +337,69 @@ class ElfLibrary:
         """Every named .dynsym entry (read in full: use for the audited libraries only)."""
         if self._dynsym is None:
             return []
+        fast = self._unpacked_dynamic_symbols()
+        if fast is not None:
+            return fast
         return [self._symbol(i, s) for i, s in enumerate(self._dynsym.iter_symbols()) if s.name]
+
+    def _unpacked_dynamic_symbols(self) -> list[DynSymbol] | None:
+        """.dynsym unpacked with struct straight from the buffer: what _symbol gives for each entry, without
+        pyelftools' per-field parsing (seconds for a library with 30k exports). None when the layout is not
+        the standard one (then pyelftools reads it)."""
+        buffer, section = self.buffer, self._dynsym
+        if not buffer:
+            return None
+        endian = "<" if self.elf.little_endian else ">"
+        layout = struct.Struct(endian + ("IBBHQQ" if self.elfclass == 64 else "IIIBBH"))
+        offset, size, entsize = int(section["sh_offset"]), int(section["sh_size"]), int(section["sh_entsize"])
+        if entsize != layout.size or not 0 <= section["sh_link"] < self.elf.num_sections():
+            return None
+        strtab = self.elf.get_section(section["sh_link"])
+        str_start = int(strtab["sh_offset"])
+        str_end = str_start + int(strtab["sh_size"])
+        count = size // entsize
+        versions: tuple[int, ...] | None = None
+        if self._versym is not None:
+            if int(self._versym["sh_size"]) < 2 * count:
+                return None
+            versions = struct.unpack_from(f"{endian}{count}H", buffer, int(self._versym["sh_offset"]))
+        symbols: list[DynSymbol] = []
+        for index, fields in enumerate(layout.iter_unpack(buffer[offset:offset + count * entsize])):
+            if self.elfclass == 64:
+                name_at, info, other, shndx = fields[0], fields[1], fields[2], fields[3]
+            else:
+                name_at, info, other, shndx = fields[0], fields[3], fields[4], fields[5]
+            if name_at == 0:
+                continue
+            start = str_start + name_at
+            end = buffer.find(b"\0", start, str_end)
+            if start >= str_end or end < 0:
+                raise ElfInvalid(f"corrupt ELF: .dynsym entry {index} names offset {name_at} past its string table")
+            name = bytes(buffer[start:end]).decode("latin-1")  # as pyelftools decodes names
+            if not name:
+                continue
+            defined = shndx != 0
+            version, version_file, hidden = (None, None, False) if versions is None \
+                else self._version_of_raw(versions[index], defined)
+            symbols.append(DynSymbol(name=name, defined=defined, bind=_BINDS.get(info >> 4, str(info >> 4)),
+                                     type=_TYPES.get(info & 0xF, str(info & 0xF)),
+                                     visibility=_VISIBILITIES.get(other & 0x7, str(other & 0x7)),
+                                     version=version, version_file=version_file, version_hidden=hidden))
+        return symbols
+
+    def _version_of_raw(self, raw: int, defined: bool) -> tuple[str | None, str | None, bool]:
+        if raw in (0, 1):  # VER_NDX_LOCAL / VER_NDX_GLOBAL
+            return None, None, False
+        hidden = bool(raw & _VERSYM_HIDDEN)
+        ndx = raw & ~_VERSYM_HIDDEN
+        if ndx <= 1:
+            return None, None, hidden
+        if defined:
+            return self.version_definitions.get(ndx), None, hidden
+        file_version = self._verneed_by_index.get(ndx)
+        if file_version is None:
+            return None, None, hidden
+        return file_version[1], file_version[0], hidden
 
     @cached_property
     def _gnu_hash(self) -> GNUHashSection | None:
@@ -341,14 +456,51 @@ class ElfLibrary:
             return None
         return bytes(section.data())
 
+    def section_view(self, name: str) -> memoryview | None:
+        """The section's bytes without a copy (a view into the mapping); None when absent or empty of data."""
+        section = self.elf.get_section_by_name(name)
+        if section is None or section["sh_type"] == "SHT_NOBITS":
+            return None
+        offset, size = int(section["sh_offset"]), int(section["sh_size"])
+        if not self.buffer:
+            return memoryview(bytes(section.data()))
+        return memoryview(self.buffer)[offset:offset + size]
+
     @property
     def section_names(self) -> list[str]:
         return [s.name for s in self.elf.iter_sections()]
 
     def static_symbol_names(self) -> list[str]:
         """Names in .symtab (empty for stripped libraries)."""
+        return list(self._static_symbol_names)
+
+    @cached_property
+    def _static_symbol_names(self) -> tuple[str, ...]:
         section = self._section_of_type("SHT_SYMTAB")
-        return [] if section is None else [str(s.name) for s in section.iter_symbols() if s.name]
+        if section is None:
+            return ()
+        entsize, strtab_index = int(section["sh_entsize"]), int(section["sh_link"])
+        if not self.buffer or entsize != (24 if self.elfclass == 64 else 16) or \
+                not 0 <= strtab_index < self.elf.num_sections():
+            return tuple(str(s.name) for s in section.iter_symbols() if s.name)
+        # st_name is the first word of an entry in both classes: read it straight from the mapping.
+        strtab = self.elf.get_section(strtab_index)
+        str_start = int(strtab["sh_offset"])
+        str_end = str_start + int(strtab["sh_size"])
+        offset, count = int(section["sh_offset"]), int(section["sh_size"]) // entsize
+        fmt = ("<" if self.elf.little_endian else ">") + "I"
+        names = []
+        for index in range(count):
+            name_at = struct.unpack_from(fmt, self.buffer, offset + index * entsize)[0]
+            if name_at == 0:
+                continue
+            start = str_start + name_at
+            end = self.buffer.find(b"\0", start, str_end)
+            if start >= str_end or end < 0:
+                raise ElfInvalid(f"corrupt ELF: .symtab entry {index} names offset {name_at} past its string table")
+            if end > start:
+                names.append(bytes(self.buffer[start:end]).decode("latin-1"))
+        return tuple(names)
 
     def allocated_sections(self) -> Iterator[tuple[str, int, int]]:
         """(name, offset, size) of the sections with file contents."""

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import platform
+import posixpath
+import re
 from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
 
-from . import inputs
+from . import inputs, loading
 from .archs import gpu_runs, parse_arch_list, parse_gpu
 from .checks import abi, build_paths, cuda, exports, hardening, registration, symbols, wheel
 from .context import ArtifactContext, LibraryContext, ReleaseRule
@@ -25,8 +27,8 @@ from .report import ArtifactReport, AuditReport, CheckResult, LibraryReport, fai
 from .resolve import Location, Resolver
 from .target import find_torch, from_torch_lib, torch_requirement
 
-# DT_NEEDED strings of a library that needs a CUDA build of torch: choose a recorded CUDA variant for it.
-_CUDA_TORCH_MARKERS = (b"\0libtorch_cuda.so\0", b"\0libc10_cuda.so\0", b"\0libcudart.so.")
+# DT_NEEDED of a library that needs a CUDA build of torch: choose a CUDA variant of torch for it.
+_CUDA_TORCH_NEEDED = ("libtorch_cuda.so", "libc10_cuda.so")
 
 
 @dataclass(frozen=True)
@@ -97,7 +99,7 @@ def _check_library(ctx: LibraryContext, report: LibraryReport) -> None:
     checks.append(symbols.check_symbol_versions(ctx))
     target_abi, source = _cxx11_target(ctx.artifact)
     checks.append(abi.check_cxx11_abi(ctx, target_abi, source))
-    fatbin_data = ctx.lib.section_data(".nv_fatbin")
+    fatbin_data = ctx.lib.section_view(".nv_fatbin")
     if fatbin_data is not None:
         results, manifest = cuda.check_cuda(ctx, fatbin_data)
         checks.extend(results)
@@ -112,25 +114,49 @@ def _check_library(ctx: LibraryContext, report: LibraryReport) -> None:
         checks.append(registered)
 
 
+_VERSIONED_SO = re.compile(r"^(?P<stem>.+?\.so)(?:\.[0-9]+)*$")
+
+
+def _copies(whl: inputs.Wheel, members: list[str]) -> dict[str, list[str]]:
+    """Libraries shipped under several names with identical bytes (x.so, x.so.0, x.so.0.6.0 in one folder,
+    where a symlink would be on disk): the longest name -> the others. Each is audited once."""
+    groups: dict[tuple[str, str, bytes], list[str]] = {}
+    for member in members:
+        match = _VERSIONED_SO.match(posixpath.basename(member))
+        if match is None:
+            continue
+        digest, _ = whl.digest(member, "sha256")
+        groups.setdefault((posixpath.dirname(member), match["stem"], digest), []).append(member)
+    result = {}
+    for names in groups.values():
+        if len(names) > 1:
+            canonical = max(names, key=lambda n: (len(n), n))
+            result[canonical] = sorted(n for n in names if n != canonical)
+    return result
+
+
 def _elf_valid(report: LibraryReport, exc: ElfInvalid, member: str) -> None:
     report.checks.append(failed("elf-valid", f"{member}: {exc}.",
                                 "ship only complete shared objects built for the wheel's platform; rebuild, and check "
                                 "no step (strip, copy, download) truncated or replaced the file."))
 
 
-def _audit_libraries(artifact: ArtifactContext, members: list[tuple[str, Location, bytes]],
+def _audit_libraries(artifact: ArtifactContext, members: list[tuple[str, Location, Path]],
                      opened: dict[str, ElfLibrary], report: ArtifactReport) -> None:
-    for member, location, data in members:
+    for member, location, file in members:
         lib_report = LibraryReport(path=member)
         report.libraries.append(lib_report)
         try:
-            lib = ElfLibrary.from_bytes(data, member, expect_machine=artifact.arch)
+            lib = opened[member] if member in opened else ElfLibrary.open(file, expect_machine=artifact.arch,
+                                                                            where=member)
         except ElfInvalid as exc:
             _elf_valid(lib_report, exc, member)
             continue
+        except OSError as exc:
+            raise AuditInputError(f"{member}: cannot read ({exc.strerror or exc})") from exc
         opened[member] = lib
         lib_report.checks.append(_passed_elf(lib))
-        ctx = LibraryContext(member=member, location=location, lib=lib, data=data, artifact=artifact)
+        ctx = LibraryContext(member=member, location=location, lib=lib, data=lib.buffer, artifact=artifact)
         try:
             _check_library(ctx, lib_report)
         except (*CORRUPT_ELF_ERRORS, ValueError, OverflowError) as exc:
@@ -140,6 +166,8 @@ def _audit_libraries(artifact: ArtifactContext, members: list[tuple[str, Locatio
             lib_report.cuda_manifest = None
             _elf_valid(lib_report, ElfInvalid(f"corrupt ELF: {exc}"), member)
             continue
+        finally:
+            lib.release()  # what the checks read goes from memory; it is read again if needed
         artifact.libraries.append(ctx)
 
 
@@ -181,39 +209,52 @@ class _Auditor:
     def audit_wheel(self, path: Path) -> ArtifactReport:
         whl = inputs.open_wheel(path, self.base.limits)
         resolver: Resolver | None = None
+        opened: dict[str, ElfLibrary] = {}
         try:
             platform_tags = whl.name.platform_tags
-            claims = [c for t in platform_tags if (c := manylinux_policy_of_tag(t))]
+            claims = [(*c, t) for t in platform_tags if (c := manylinux_policy_of_tag(t))]
             arch = next((c[1] for c in claims), None)
             if arch is None:
                 arch = next((t.split("_", 1)[1] for t in platform_tags if t.startswith("linux_")), _host_arch())
             if claims:
                 lowest = min(claims, key=lambda c: glibc_of_policy_name(c[0]) or (0, 0))
                 policy = _policy_for_claim(lowest[0])
-                reason = f"the wheel's tag {lowest[0]}_{lowest[1]}"
+                written = lowest[2]  # as the file name writes it: manylinux2014_x86_64, not its alias
+                reason = f"the wheel's tag {written}" + (f" (= {lowest[0]}_{lowest[1]})"
+                                                          if written != f"{lowest[0]}_{lowest[1]}" else "")
             else:
                 policy, reason = self.base, f"--policy; tag {'.'.join(platform_tags)} claims no manylinux policy"
             info = whl.build_info()
-            members = [(m, Location(member=m), whl.read(m)) for m in whl.libraries()]
+            members = [(m, Location(member=m), whl.library_file(m)) for m in whl.libraries()]
+            copies = _copies(whl, [m for m, _, _ in members])
+            members = [entry for entry in members if entry[0] not in {c for cs in copies.values() for c in cs}]
+
+            def open_member(member: str) -> ElfLibrary:
+                if member not in opened:
+                    opened[member] = ElfLibrary.open(whl.library_file(member), expect_machine=arch, where=member)
+                return opened[member]
+
+            def needs_cuda_torch() -> bool:
+                for member, _, _ in members:
+                    try:
+                        needed = open_member(member).needed
+                    except (ElfInvalid, OSError, *CORRUPT_ELF_ERRORS):
+                        continue
+                    if any(n in _CUDA_TORCH_NEEDED for n in needed):
+                        return True
+                return False
+
             torch, problem = self.torch, ""
             if torch is None:
                 requirement = torch_requirement(whl.metadata().get("Requires-Dist", []))
                 torch_version = str(info["torch_version"]) if info and info.get("torch_version") else None
-                torch, problem = find_torch(torch_version, requirement,
-                                            prefer_cuda=lambda: any(marker in data for _, _, data in members
-                                                                    for marker in _CUDA_TORCH_MARKERS),
+                torch, problem = find_torch(torch_version, requirement, prefer_cuda=needs_cuda_torch,
                                             local_hint=whl.name.version.partition("+")[2] or None)
                 if torch is None:
                     problem += "; pass --torch-lib DIR"
             archs = self.archs
             if archs is None and info and info.get("cuda_archs"):
                 archs = parse_arch_list(list(info["cuda_archs"]), "build info cuda_archs")
-            opened: dict[str, ElfLibrary] = {}
-
-            def open_member(member: str) -> ElfLibrary:
-                if member not in opened:
-                    opened[member] = ElfLibrary.from_bytes(whl.read(member), member, expect_machine=arch)
-                return opened[member]
 
             resolver = Resolver(set(whl.infos), open_member, torch, policy, arch)
             artifact = ArtifactContext(label=str(path), wheel=whl, build_info=info, policy=policy,
@@ -221,14 +262,29 @@ class _Auditor:
                                        torch_problem=problem, archs=archs, resolver=resolver,
                                        extra_exports=self.options.extra_exports, gpu=self.gpu,
                                        release=self.options.release)
+            artifact.requires = tuple(whl.metadata().get("Requires-Dist", []))
+            python_files = {m: whl.read(m) for m in whl.infos if m.endswith(".py")}
+            artifact.loaded_by_name = loading.loaded_by_name(python_files, [m for m, _, _ in members])
+
+            def needed_of(member: str) -> list[str]:
+                try:
+                    return open_member(member).needed
+                except (ElfInvalid, OSError, *CORRUPT_ELF_ERRORS):
+                    return []
+
+            artifact.variants = loading.variants([m for m, _, _ in members], needed_of)
             report = ArtifactReport(path=str(path), kind="wheel", target=_target_summary(artifact))
             _audit_libraries(artifact, members, opened, report)
+            for lib_report in report.libraries:
+                lib_report.copies = copies.get(lib_report.path, [])
             self._wheel_checks(artifact, report)
             _apply_severity(report, policy)
             return report
         finally:
             if resolver is not None:
                 resolver.close()
+            for lib in opened.values():
+                lib.close()
             whl.close()
 
     def _wheel_checks(self, artifact: ArtifactContext, report: ArtifactReport) -> None:
@@ -262,9 +318,11 @@ class _Auditor:
                                    extra_exports=self.options.extra_exports, gpu=self.gpu)
         report = ArtifactReport(path=str(path), kind="library", target=_target_summary(artifact))
         try:
-            _audit_libraries(artifact, [(str(path), location, path.read_bytes())], opened, report)
+            _audit_libraries(artifact, [(str(path), location, path)], opened, report)
         finally:
             resolver.close()
+            for lib in opened.values():
+                lib.close()
         _apply_severity(report, self.base)
         return report
 

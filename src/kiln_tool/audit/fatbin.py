@@ -61,25 +61,28 @@ class ArchManifest:
         return f"SASS {sass}; PTX {ptx}"
 
 
-def _u16(data: bytes, off: int) -> int:
+Data = bytes | memoryview
+
+
+def _u16(data: Data, off: int) -> int:
     return int(struct.unpack_from("<H", data, off)[0])
 
 
-def _u32(data: bytes, off: int) -> int:
+def _u32(data: Data, off: int) -> int:
     return int(struct.unpack_from("<I", data, off)[0])
 
 
-def _u64(data: bytes, off: int) -> int:
+def _u64(data: Data, off: int) -> int:
     return int(struct.unpack_from("<Q", data, off)[0])
 
 
-def iter_entries(data: bytes) -> Iterator[FatbinEntry]:
+def iter_entries(data: Data) -> Iterator[FatbinEntry]:
     """Every cubin and PTX entry of every container in `data` (the section's bytes)."""
     off = 0
     size = len(data)
     while off < size:
         if size - off < _CONTAINER.size:
-            if data[off:].strip(b"\0"):
+            if bytes(data[off:]).strip(b"\0"):
                 raise FatbinError(f"{size - off} stray bytes at offset {off:#x}")
             return
         magic, _version, header_size, payload_size = _CONTAINER.unpack_from(data, off)
@@ -119,11 +122,11 @@ def manifest(entries: list[FatbinEntry]) -> ArchManifest:
                         ptx=tuple(sorted({e.arch for e in entries if e.kind == "ptx"})))
 
 
-def payload(data: bytes, entry: FatbinEntry) -> bytes:
+def payload(data: Data, entry: FatbinEntry) -> bytes:
     """The entry's payload, decompressed when nvcc compressed it (zstd)."""
     raw = data[entry.offset:entry.offset + entry.size]
     if not entry.compressed:
-        return raw
+        return bytes(raw)
     import zstandard  # lazy: only libraries with compressed device code need it
 
     try:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
+import tempfile
 import zipfile
 from dataclasses import dataclass, field
 from email.parser import HeaderParser
@@ -76,7 +78,7 @@ class WheelName:
 
 @dataclass
 class Wheel:
-    """A wheel opened for auditing; members are read once and kept."""
+    """A wheel opened for auditing; small members are read once and kept, libraries unpacked to files."""
 
     path: Path
     name: WheelName
@@ -87,6 +89,54 @@ class Wheel:
     """Set for kiln's own wheels (project opkiln), which passed the kiln-wheel definition; None for a
     foreign wheel, judged by the archive rules and the audit's checks alone."""
     _data: dict[str, bytes] = field(default_factory=dict)
+    _files: dict[str, Path] = field(default_factory=dict)
+    _sha256: dict[str, tuple[bytes, int]] = field(default_factory=dict)
+    _tmp: tempfile.TemporaryDirectory[str] | None = None
+
+    def library_file(self, member: str) -> Path:
+        """The member unpacked (streamed through its size and CRC checks) into a private temporary
+        folder, once: libraries are memory-mapped from there, never held in memory whole."""
+        if member not in self._files:
+            if self._tmp is None:
+                self._tmp = tempfile.TemporaryDirectory(prefix="kiln-audit-")
+            target = Path(self._tmp.name) / f"{len(self._files)}.so"
+            hasher = hashlib.sha256()  # RECORD's usual hash, taken on the way (never a second read)
+            size = 0
+            try:
+                with target.open("wb") as out:
+                    for chunk in self.archive.stream(member):
+                        out.write(chunk)
+                        hasher.update(chunk)
+                        size += len(chunk)
+            except UnsafeArchiveError as exc:
+                target.unlink(missing_ok=True)
+                raise AuditInputError(f"{self.path}: cannot read {member}: {exc}") from None
+            self._files[member] = target
+            self._sha256[member] = (hasher.digest(), size)
+        return self._files[member]
+
+    def digest(self, member: str, algorithm: str) -> tuple[bytes, int]:
+        """(hash, size) of a member, streamed: nothing big is kept in memory."""
+        if algorithm == "sha256" and member in self._sha256:
+            return self._sha256[member]
+        hasher = hashlib.new(algorithm)
+        size = 0
+        if member in self._data:
+            hasher.update(self._data[member])
+            return hasher.digest(), len(self._data[member])
+        if member in self._files:
+            with self._files[member].open("rb") as f:
+                while chunk := f.read(1 << 20):
+                    hasher.update(chunk)
+                    size += len(chunk)
+            return hasher.digest(), size
+        try:
+            for chunk in self.archive.stream(member):
+                hasher.update(chunk)
+                size += len(chunk)
+        except UnsafeArchiveError as exc:
+            raise AuditInputError(f"{self.path}: cannot read {member}: {exc}") from None
+        return hasher.digest(), size
 
     def read(self, member: str) -> bytes:
         """A member's bytes, streamed through its declared size and CRC (kiln_tool.safezip)."""
@@ -100,6 +150,10 @@ class Wheel:
     def close(self) -> None:
         self.archive.close()
         self._data.clear()
+        self._files.clear()
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
 
     @property
     def dist_info(self) -> str | None:

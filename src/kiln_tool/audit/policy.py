@@ -9,7 +9,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -54,10 +54,16 @@ class BuildPathRule:
     roots: tuple[str, ...]
     dependency_dirs: frozenset[str]
     toolchain_prefixes: tuple[str, ...]
+    prebuilt_prefixes: tuple[str, ...] = ()
+    max_dwarf_bytes: int = 256 << 20
 
     def classify(self, path: str) -> str | None:
         """'source' for a source/build-tree path, 'toolchain' for a toolchain or dependency header,
-        None for anything else (a run-time file such as /proc/self/maps)."""
+        'prebuilt' for a source of the toolchain's own prebuilt objects (the manylinux compilers' static
+        libstdc++ parts, built in an RPM build root), None for anything else (a run-time file such as
+        /proc/self/maps)."""
+        if path.startswith(self.prebuilt_prefixes):
+            return "prebuilt"
         parts = path.strip("/").split("/")
         if len(parts) < 2:
             return None
@@ -90,6 +96,11 @@ class Policy:
     limits: Limits
     severity: dict[str, str]  # "check" or "check:finding" -> "error" / "warning"
     linker_defined_symbols: frozenset[str]
+    torch_symbols: tuple[str, ...] = ()
+    driver_libraries: dict[str, str] = field(default_factory=dict)  # DT_NEEDED name -> what installs it
+
+    def is_torch_symbol(self, symbol: str) -> bool:
+        return any(fnmatch.fnmatchcase(symbol, pattern) for pattern in self.torch_symbols)
 
     def ceilings(self, arch: str) -> dict[str, VersionCeiling]:
         if arch not in self.symbol_versions:
@@ -187,11 +198,15 @@ def load_policy(name: str) -> Policy:
                 build_dirs=tuple(data["build_paths"]["build_dirs"]),
                 roots=tuple(data["build_paths"]["roots"]),
                 dependency_dirs=frozenset(data["build_paths"]["dependency_dirs"]),
-                toolchain_prefixes=tuple(data["build_paths"]["toolchain_prefixes"])),
+                toolchain_prefixes=tuple(data["build_paths"]["toolchain_prefixes"]),
+                prebuilt_prefixes=tuple(data["build_paths"]["prebuilt_prefixes"]),
+                max_dwarf_bytes=int(data["build_paths"]["max_dwarf_bytes"])),
             torch_registration_symbols=tuple(data["torch_registration_symbols"]),
             limits=Limits(**data["limits"]),
             severity=_severities(data["severity"]),
             linker_defined_symbols=frozenset(data["linker_defined_symbols"]),
+            torch_symbols=tuple(data["torch_symbols"]),
+            driver_libraries={str(k): str(v) for k, v in data["driver_libraries"].items()},
         )
     except (KeyError, TypeError, ValueError, IndexError) as exc:
         raise AuditInputError(f"audit policy '{name}' is malformed: {exc!r}") from exc

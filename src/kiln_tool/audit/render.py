@@ -40,6 +40,8 @@ def render_text(report: AuditReport, verbose: bool = False) -> str:
     lines: list[str] = []
     for artifact in report.artifacts:
         rows = artifact.rows()
+        labels = {lib.path: lib.label for lib in artifact.libraries}
+        rows = [(labels.get(where, where), check) for where, check in rows]
         lines.append(f"== {artifact.path}: {_status(artifact)}")
         for key, value in artifact.target.items():
             if value not in (None, "", []):

@@ -72,6 +72,11 @@ class LibraryReport:
     checks: list[CheckResult] = field(default_factory=list)
     cuda_manifest: dict[str, list[str]] | None = None
     gpu: dict[str, Any] | None = None  # with --gpu: whether that GPU can run the device code, and why
+    copies: list[str] = field(default_factory=list)  # byte-identical copies (x.so, x.so.0 of x.so.0.6.0)
+
+    @property
+    def label(self) -> str:
+        return f"{self.path} (also as {', '.join(self.copies)}: identical bytes)" if self.copies else self.path
 
     @property
     def ok(self) -> bool:
@@ -79,7 +84,7 @@ class LibraryReport:
 
     def to_json(self) -> dict[str, Any]:
         return {"path": self.path, "ok": self.ok, "warnings": sum(c.is_warning for c in self.checks),
-                "cuda_manifest": self.cuda_manifest, "gpu": self.gpu,
+                "cuda_manifest": self.cuda_manifest, "gpu": self.gpu, "copies": list(self.copies),
                 "checks": [c.to_json() for c in self.checks]}
 
 

@@ -34,16 +34,26 @@ class Location:
     member: str | None = None
     path: Path | None = None
     recorded: str | None = None  # a recorded torch library, by its path in site-packages
+    driver: str | None = None  # a library the GPU driver installs (policy driver_libraries), by name
 
     def describe(self) -> str:
+        if self.driver is not None:
+            return f"{self.driver} (the user's GPU driver; exports not recorded)"
         if self.recorded is not None:
             return f"{self.recorded.lstrip('?')} (loaded by torch; symbols not recorded)" \
                 if self.recorded.startswith("?") else f"{self.recorded} (recorded)"
         return f"{self.member} (in the wheel)" if self.member is not None else str(self.path)
 
     @property
+    def unknown(self) -> bool:
+        """A library whose exports are not known here: it vouches for no symbol."""
+        return self.driver is not None or (self.recorded is not None and self.recorded.startswith("?"))
+
+    @property
     def origin(self) -> str:
         """$ORIGIN: the directory holding the library (wheel members under the virtual /site-packages)."""
+        if self.driver is not None:
+            return "/"
         if self.member is not None:
             return posixpath.dirname(posixpath.join(SITE, self.member))
         if self.recorded is not None:
@@ -118,6 +128,8 @@ class Resolver:
             for directory in self._system_dirs:
                 if (directory / name).is_file():
                     return Found(Location(path=directory / name), "system library")
+        if name in self.policy.driver_libraries:
+            return Found(Location(driver=name), self.policy.driver_libraries[name])
         if requester.member is not None:
             return self._sibling(name)
         return None
@@ -170,7 +182,7 @@ class Resolver:
             for member, recorded in record.libraries.items():
                 loaded.setdefault(recorded.name, Location(recorded=member))
             for name in record.loaded_unrecorded():
-                if name not in self.policy.system_libraries:
+                if name not in self.policy.system_libraries and name not in self.policy.driver_libraries:
                     loaded.setdefault(name, Location(recorded=f"?{name}"))
         elif self.torch is not None and self.torch.lib_dir is not None:
             lib_dir = self.torch.lib_dir
@@ -195,7 +207,10 @@ class Resolver:
     def open(self, location: Location) -> Opened | None:
         if location not in self._opened:
             try:
-                if location.recorded is not None:
+                if location.driver is not None:
+                    self._opened[location] = RecordedLibrary(location.driver, location.driver, (), (), b"",
+                                                             opaque=True)
+                elif location.recorded is not None:
                     assert self.torch is not None and self.torch.recorded is not None
                     record = self.torch.recorded
                     name = location.recorded
@@ -209,6 +224,13 @@ class Resolver:
             except (ElfInvalid, OSError):
                 self._opened[location] = None
         return self._opened[location]
+
+    def loaded_by_torch(self) -> Iterator[tuple[str, Location, Opened]]:
+        """The libraries in memory after `import torch`, opened."""
+        for name, location in self._loaded_by_torch().items():
+            lib = self.open(location)
+            if lib is not None:
+                yield name, location, lib
 
     def scope(self, requester: Location, lib: Opened) -> Iterator[tuple[str, Location, Opened]]:
         """The libraries ld.so searches for this library's symbols, breadth first: DT_NEEDED, then theirs."""

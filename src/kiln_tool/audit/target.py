@@ -175,11 +175,25 @@ def find_torch(build_info_version: str | None, requirement: str | None, *,
                     matching.append((Version(version), lib, version))
             except InvalidVersion:
                 continue
+        wants_cuda = prefer_cuda() if prefer_cuda is not None else None
+        source = f"METADATA requires torch{requirement}"
+        fallback = max(matching, key=lambda m: m[0]) if matching else None
+        if wants_cuda:
+            # A library needing libtorch_cuda.so is audited against a CUDA build of torch: an installed CPU
+            # build would only say that torch's CUDA libraries are missing.
+            matching = [m for m in matching if (m[1] / "libtorch_cuda.so").is_file()]
+            source += "; a library needs libtorch_cuda.so"
         if matching:
             _, lib, version = max(matching, key=lambda m: m[0])
-            return TorchTarget(version, lib, f"METADATA requires torch{requirement}"), ""
-        recorded = _recorded_for_spec(spec, prefer_cuda() if prefer_cuda is not None else None, local_hint,
-                                      f"METADATA requires torch{requirement}")
+            return TorchTarget(version, lib, source), ""
+        recorded = _recorded_for_spec(spec, wants_cuda, local_hint, source)
+        if recorded is not None and (not wants_cuda or recorded.recorded is None
+                                     or any(p.endswith("/libtorch_cuda.so") for p in recorded.recorded.libraries)):
+            return recorded, ""
+        if fallback is not None:
+            _, lib, version = fallback
+            return TorchTarget(version, lib, f"METADATA requires torch{requirement}; no CUDA build of it is "
+                               "installed or recorded"), ""
         if recorded is not None:
             return recorded, ""
         return None, (f"torch{requirement} (from METADATA) is neither installed here ({found}) nor recorded in "

@@ -11,6 +11,13 @@ DT_RUNPATH and the set of exported symbols, each as a 40-bit truncated BLAKE2b h
 hashes are sorted fixed-width big-endian records, zlib-compressed, base64 in JSON; a lookup is a
 binary search in the decompressed bytes, so nothing is decoded record by record.
 
+The libraries of torch's own runtime wheels (the nvidia-* and cuda-toolkit wheels torch's METADATA
+requires, which `import torch` loads: cuBLAS, cuDNN, NCCL...) are recorded the same way in
+data/torch_abi/runtime/<version>.json (`kiln torch-abi --runtime SITE_PACKAGES`, from a site-packages
+where that torch was installed with its requirements; each wheel's name and version is kept), and
+loaded with the torch record. A library torch loads that neither record holds stays unknown: it
+vouches for no symbol, and the audit says which symbols it could not check.
+
 Hash collisions only ever hide a missing symbol (a symbol torch lacks but whose hash equals one it
 has): with n recorded hashes, the chance for one missing symbol is n / 2**40 (about 1e-7 for
 libtorch_cpu's 75k exports).
@@ -35,6 +42,7 @@ from .elf import ElfInvalid, ElfLibrary
 DATA_DIR = Path(__file__).resolve().parents[3] / "data" / "torch_abi"
 DATA_DIR_ENV = "OPKILN_TORCH_ABI_DIR"  # another folder of records (tests; a fork's own torch builds)
 FORMAT = 1
+RUNTIME_DIR = "runtime"
 HASH_BYTES = 5
 _EXPORTED_BINDS = {"STB_GLOBAL", "STB_WEAK", "STB_GNU_UNIQUE", "STB_LOOS"}
 _LIBRARY_RE = re.compile(r"\.so(\.\d+)*$")
@@ -121,13 +129,98 @@ def _record_members(zf: zipfile.ZipFile, members: list[str], libraries: dict[str
             lib = ElfLibrary.from_bytes(zf.read(member), member)
         except ElfInvalid:
             continue  # a linker script or a non-ELF file named like a library
-        keys = symbol_keys(lib)
-        entry: dict[str, Any] = {"soname": lib.soname, "needed": lib.needed, "runpath": lib.runpath or lib.rpath or [],
-                                 "count": len(keys), "symbols": _encode({symbol_hash(k) for k in keys})}
-        if member.endswith("/libc10.so"):
-            entry["_cxx11_abi"] = _cxx11_abi(keys)
-        libraries[member] = entry
-        lib.close()
+        _record_library(lib, member, libraries)
+
+
+def _record_library(lib: ElfLibrary, member: str, libraries: dict[str, Any]) -> None:
+    keys = symbol_keys(lib)
+    entry: dict[str, Any] = {"soname": lib.soname, "needed": lib.needed, "runpath": lib.runpath or lib.rpath or [],
+                             "count": len(keys), "symbols": _encode({symbol_hash(k) for k in keys})}
+    if member.endswith("/libc10.so"):
+        entry["_cxx11_abi"] = _cxx11_abi(keys)
+    libraries[member] = entry
+    lib.close()
+
+
+# The projects of torch's CUDA runtime wheels (triton, sympy... are required too, but not loaded by `import torch`).
+_RUNTIME_PROJECTS = ("nvidia-", "cuda-")
+_LINUX_MARKERS = {"platform_system": "Linux", "sys_platform": "linux", "os_name": "posix",
+                  "platform_machine": "x86_64"}
+
+
+def _requirements_of(dist: Any, extras: set[str], python: str) -> list[Any]:
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    found = []
+    for text in dist.requires or []:
+        try:
+            requirement = Requirement(text)
+        except InvalidRequirement:
+            continue
+        marker = requirement.marker
+        if marker is not None:
+            environments = [{**_LINUX_MARKERS, "python_version": python, "python_full_version": f"{python}.0",
+                             "extra": extra} for extra in (extras or {""})]
+            if not any(marker.evaluate(env) for env in environments):
+                continue
+        found.append(requirement)
+    return found
+
+
+def record_runtime(site_packages: Path) -> dict[str, Any]:
+    """The runtime record of the torch installed in `site_packages`: the shared libraries of every wheel
+    its METADATA requires (for Linux), transitively with extras (cuda-toolkit[cublas,...] -> nvidia-cublas),
+    each wheel's installed version checked against the requirement that pulled it in."""
+    from importlib.metadata import PathDistribution
+
+    from packaging.utils import canonicalize_name
+
+    dists: dict[str, PathDistribution] = {canonicalize_name(d.metadata["Name"]): d for d in
+             (PathDistribution(p) for p in sorted(site_packages.glob("*.dist-info")))}
+    torch_dist = dists.get("torch")
+    if torch_dist is None:
+        raise TorchAbiError(f"{site_packages}: no torch-*.dist-info (install torch with its requirements there)")
+    match = re.search(r"""^__version__\s*=\s*['"]([^'"]+)['"]""",
+                      (site_packages / "torch" / "version.py").read_text(errors="replace"), re.MULTILINE)
+    if match is None:
+        raise TorchAbiError(f"{site_packages}/torch/version.py has no __version__")
+    version = match[1]  # with its local part (2.14.1+cu130), as the torch record names it
+    python = ".".join(site_packages.parent.name.removeprefix("python").split(".")[:2])
+    wanted = [(r, "torch") for r in _requirements_of(torch_dist, set(), python)
+              if canonicalize_name(r.name).startswith(_RUNTIME_PROJECTS)]
+    chosen: dict[str, str] = {}
+    libraries: dict[str, Any] = {}
+    while wanted:
+        requirement, by = wanted.pop(0)
+        name = canonicalize_name(requirement.name)
+        dist = dists.get(name)
+        if dist is None:
+            raise TorchAbiError(f"{site_packages}: {requirement} (required by {by}) is not installed there")
+        if not requirement.specifier.contains(dist.version, prereleases=True):
+            raise TorchAbiError(f"{site_packages}: {name} {dist.version} is installed, {by} requires {requirement}")
+        if name in chosen:
+            continue
+        chosen[name] = str(dist.version)
+        wanted += [(r, name) for r in _requirements_of(dist, set(requirement.extras), python)
+                   if canonicalize_name(r.name).startswith(_RUNTIME_PROJECTS)]
+        for file in dist.files or []:
+            member = str(file)
+            if not _LIBRARY_RE.search(member) or "lib" not in PurePosixPath(member).parts[:-1]:
+                continue
+            try:
+                lib = ElfLibrary.open(site_packages / member)
+            except (ElfInvalid, OSError):
+                continue
+            _record_library(lib, member, libraries)
+    return {
+        "$comment": "Generated by `scripts/kiln torch-abi --runtime SITE_PACKAGES` from the wheels named here, "
+                    "as installed with this torch; read by src/kiln_tool/audit/torch_abi.py. Do not edit.",
+        "format": FORMAT,
+        "torch_version": version,
+        "runtime_wheels": [f"{n}=={v}" for n, v in sorted(chosen.items())],
+        "hash": f"blake2b-{HASH_BYTES * 8}",
+        "libraries": dict(sorted(libraries.items())),
+    }
 
 
 @dataclass(frozen=True)
@@ -176,6 +269,7 @@ class RecordedTorch:
     cxx11_abi: bool | None
     libraries: dict[str, RecordedLibrary]
     data_file: Path
+    runtime_wheels: tuple[str, ...] = ()  # data/torch_abi/runtime/: the runtime wheels recorded with it
 
     def loaded_unrecorded(self) -> list[str]:
         """Names torch's libraries need that neither the record nor the system provides (the CUDA
@@ -187,20 +281,32 @@ class RecordedTorch:
         return RecordedLibrary(f"?{name}", name, (), (), b"", opaque=True)
 
 
+def _recorded_library(member: str, entry: dict[str, Any], path: Path) -> RecordedLibrary:
+    blob = zlib.decompress(base64.b64decode(entry["symbols"]))
+    if len(blob) % HASH_BYTES:
+        raise TorchAbiError(f"{path}: {member}'s symbol table is not a whole number of records")
+    return RecordedLibrary(member, entry.get("soname"), tuple(entry["needed"]), tuple(entry.get("runpath", [])), blob)
+
+
 def _load_record(path: Path) -> RecordedTorch:
     try:
         raw = json.loads(path.read_text())
         if raw.get("format") != FORMAT:
             raise TorchAbiError(f"{path}: format {raw.get('format')!r}, this kiln reads {FORMAT}")
-        libraries = {}
-        for member, entry in raw["libraries"].items():
-            blob = zlib.decompress(base64.b64decode(entry["symbols"]))
-            if len(blob) % HASH_BYTES:
-                raise TorchAbiError(f"{path}: {member}'s symbol table is not a whole number of records")
-            libraries[member] = RecordedLibrary(member, entry.get("soname"), tuple(entry["needed"]),
-                                                tuple(entry.get("runpath", [])), blob)
+        libraries = {member: _recorded_library(member, entry, path) for member, entry in raw["libraries"].items()}
+        runtime_wheels: tuple[str, ...] = ()
+        runtime = path.parent / RUNTIME_DIR / path.name
+        if runtime.is_file():
+            extra = json.loads(runtime.read_text())
+            if extra.get("format") != FORMAT or extra.get("torch_version") != raw["torch_version"]:
+                raise TorchAbiError(f"{runtime}: format {extra.get('format')!r} / torch "
+                                    f"{extra.get('torch_version')!r} do not match {path.name}")
+            runtime_wheels = tuple(extra["runtime_wheels"])
+            for member, entry in extra["libraries"].items():
+                if member not in libraries:
+                    libraries[member] = _recorded_library(member, entry, runtime)
         return RecordedTorch(str(raw["torch_version"]), str(raw["wheel"]), tuple(raw["platform_tags"]),
-                             raw.get("cxx11_abi"), libraries, path)
+                             raw.get("cxx11_abi"), libraries, path, runtime_wheels)
     except (OSError, ValueError, KeyError, TypeError, zlib.error) as exc:
         if isinstance(exc, TorchAbiError):
             raise
@@ -232,6 +338,8 @@ def _load_record_cached(path: Path) -> RecordedTorch:
 
 
 def write_record(record: dict[str, Any], out_dir: Path) -> Path:
+    if "runtime_wheels" in record:
+        out_dir = out_dir / RUNTIME_DIR
     out_dir.mkdir(parents=True, exist_ok=True)
     target = out_dir / f"{record['torch_version']}.json"
     partial = target.with_suffix(".json.partial")

@@ -1,4 +1,7 @@
-"""build-paths: no path of the build machine inside the binary (strings, debug info, fatbin).
+"""build-paths: no path of the build machine inside the binary (strings, DWARF, fatbin).
+
+Strings are searched window by window outside machine code; DWARF adds what no string holds: each
+compile unit's DW_AT_comp_dir joined with its relative DW_AT_name (pyelftools).
 
 Every absolute path of two or more components is a candidate; the policy's rule
 (BuildPathRule.classify, data in common.json "build_paths") says whether it names a source or
@@ -10,10 +13,13 @@ from __future__ import annotations
 
 import bisect
 import fnmatch
+import posixpath
 import re
+from dataclasses import replace
 
 from .. import fatbin
 from ..context import LibraryContext
+from ..elf import CORRUPT_ELF_ERRORS, SCAN_OVERLAP, Buffer
 from ..policy import BuildPathRule
 from ..report import CheckResult, failed, passed
 
@@ -24,11 +30,15 @@ _CODE_SECTIONS = frozenset({".text", ".plt", ".plt.got", ".plt.sec", ".init", ".
 _MAX_SHOWN = 4
 
 
-def find_build_paths(data: bytes, rule: BuildPathRule) -> list[tuple[int, str, str]]:
-    """(offset, path, 'source' or 'toolchain') of every build-machine path in `data`."""
+def find_build_paths(data: Buffer, rule: BuildPathRule, pos: int = 0, endpos: int | None = None,
+                     before: int | None = None) -> list[tuple[int, str, str]]:
+    """(offset, path, 'source' or 'toolchain') of every build-machine path in data[pos:endpos] (offsets
+    into `data`); with `before`, only paths that start before it (the rest belong to the next window)."""
     hits: list[tuple[int, str, str]] = []
-    for match in _ABSOLUTE_PATH.finditer(data):
+    for match in _ABSOLUTE_PATH.finditer(data, pos, len(data) if endpos is None else endpos):
         start = match.start()
+        if before is not None and start >= before:
+            break
         if start and data[start - 1] in _PATH_BYTES:
             continue
         path = match.group().decode("ascii")
@@ -49,12 +59,23 @@ def check_build_paths(ctx: LibraryContext) -> list[CheckResult]:
             return sections[i][0] or "?"
         return "non-allocated data"
 
-    found: dict[str, dict[str, set[str]]] = {"source": {}, "toolchain": {}}
-    for offset, path, kind in find_build_paths(ctx.data, rule):
-        where = section_at(offset)
-        if where not in _CODE_SECTIONS:
-            found[kind].setdefault(path, set()).add(where)
-    fatbin_data = ctx.lib.section_data(".nv_fatbin")
+    found: dict[str, dict[str, set[str]]] = {"source": {}, "toolchain": {}, "prebuilt": {}}
+    # Everything but machine code, window by window (the pages of each are dropped once searched).
+    code = sorted((o, o + n) for name, o, n in sections if name in _CODE_SECTIONS)
+    ranges, at = [], 0
+    for begin, end in code:
+        if begin > at:
+            ranges.append((at, begin))
+        at = max(at, end)
+    if at < ctx.lib.size:
+        ranges.append((at, ctx.lib.size))
+    for begin, end in ranges:
+        for window_start, window_end in ctx.lib.scan(begin, end):
+            owned_until = window_end - SCAN_OVERLAP if window_end < end else None
+            for offset, path, kind in find_build_paths(ctx.data, rule, window_start, window_end, owned_until):
+                found[kind].setdefault(path, set()).add(section_at(offset))
+    dwarf_note = _dwarf_paths(ctx, rule, found)
+    fatbin_data = ctx.lib.section_view(".nv_fatbin")
     if fatbin_data:
         try:
             for entry in fatbin.iter_entries(fatbin_data):
@@ -81,7 +102,52 @@ def check_build_paths(ctx: LibraryContext) -> list[CheckResult]:
                               "-ffile-prefix-map for the toolchain and dependency include directories too "
                               "(e.g. -ffile-prefix-map=$(python -c 'import torch,os;print(os.path.dirname("
                               "torch.__file__))')=torch).", "toolchain"))
-    return results or [passed("build-paths", "no build-machine paths")]
+    notes = [n for n in (dwarf_note, _prebuilt_note(found["prebuilt"])) if n]
+    if notes and results:
+        results = [replace(r, detail=f"{r.detail} ({'; '.join(notes)})") for r in results]
+    return results or [passed("build-paths", "no build-machine paths" + (f" ({'; '.join(notes)})" if notes else ""))]
+
+
+def _prebuilt_note(paths: dict[str, set[str]]) -> str:
+    if not paths:
+        return ""
+    return (f"{len(paths)} path(s) of the toolchain's own prebuilt objects (e.g. '{next(iter(paths))}') are not the "
+            "project's and were not counted")
+
+
+def _dwarf_paths(ctx: LibraryContext, rule: BuildPathRule, found: dict[str, dict[str, set[str]]]) -> str:
+    """Source paths named by debug info: DW_AT_comp_dir joined with a relative DW_AT_name, per compile
+    unit (the joined path appears nowhere as a string). Returns a note when the DWARF was not read."""
+    elf = ctx.lib.elf
+    section = elf.get_section_by_name(".debug_info")
+    if section is None or section["sh_type"] == "SHT_NOBITS":
+        return ""
+    if int(section["sh_size"]) > rule.max_dwarf_bytes:
+        return (f"its {int(section['sh_size']) >> 20} MiB of .debug_info were not read (more than the policy's "
+                "max_dwarf_bytes): only their strings were searched")
+    try:
+        dwarf = elf.get_dwarf_info(relocate_dwarf_sections=False)
+        for unit in dwarf.iter_CUs():
+            top = unit.get_top_DIE()
+            name = top.attributes.get("DW_AT_name")
+            comp_dir = top.attributes.get("DW_AT_comp_dir")
+            if name is None or comp_dir is None:
+                continue
+            name_text = _text(name.value)
+            directory = _text(comp_dir.value)
+            if not name_text or name_text.startswith("/") or not directory.startswith("/"):
+                continue
+            path = posixpath.normpath(posixpath.join(directory, name_text))
+            kind = rule.classify(path)
+            if kind is not None:
+                found[kind].setdefault(path, set()).add(".debug_info (DW_AT_comp_dir + DW_AT_name)")
+    except (*CORRUPT_ELF_ERRORS, ValueError, AttributeError, TypeError):
+        return "its debug info is malformed and was not read: only its strings were searched"
+    return ""
+
+
+def _text(value: object) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
 def _describe(paths: dict[str, set[str]]) -> str:

@@ -8,7 +8,7 @@ from ..context import LibraryContext
 from ..report import CheckResult, failed, passed
 
 
-def check_cuda(ctx: LibraryContext, data: bytes) -> tuple[list[CheckResult], fatbin.ArchManifest | None]:
+def check_cuda(ctx: LibraryContext, data: fatbin.Data) -> tuple[list[CheckResult], fatbin.ArchManifest | None]:
     """Both checks for a library that carries a fatbin; returns the manifest found for the report."""
     try:
         entries = list(fatbin.iter_entries(data))

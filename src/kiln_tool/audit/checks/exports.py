@@ -48,6 +48,22 @@ def check_exports(ctx: LibraryContext) -> CheckResult:
     allowed = ctx.artifact.resolver.policy.allowed_exports(ctx.member)
     patterns = tuple(allowed or ()) + ctx.artifact.extra_exports
     extra = [n for n in exported if not any(fnmatch.fnmatchcase(n, p) for p in patterns)]
+    if ctx.loaded_by is not None:
+        # Loaded by name (ctypes, dlopen): its unmangled exports are the C API the loader calls; C++ names
+        # (mangled, _Z...) and reserved identifiers (__cudaRegisterLinkedBinary_*, __hip_cuid_*: the
+        # compiler's) are internals that leaked.
+        leaked = [n for n in extra if n.startswith(("_Z", "__")) or (len(n) > 1 and n[0] == "_" and n[1].isupper())]
+        c_api = [n for n in extra if n not in set(leaked)]
+        api = f"its C API of {len(c_api)} symbol(s) ({_sample(c_api)}) is what the loader calls" if c_api \
+            else "it exports no C API"
+        if leaked:
+            return failed("exports", f"library {ctx.member}, loaded by name by {ctx.loaded_by} (ctypes/dlopen): "
+                          f"{api}; it also exports {len(leaked)} C++ or compiler-internal symbol(s) that leaked: "
+                          f"{_sample(leaked)}. Exported symbols collide with other libraries loaded into the process.",
+                          "keep the extern \"C\" API and hide the rest: -fvisibility=hidden with the API marked "
+                          "__attribute__((visibility(\"default\"))), or a version script listing only it; "
+                          "-Wl,--exclude-libs,ALL for static dependencies.")
+        return passed("exports", f"loaded by name by {ctx.loaded_by}: {api}")
     if extra:
         kind = "op library (torch.ops.load_library)" if ctx.op_library else "library"
         return failed("exports", f"{kind} {ctx.member} exports {len(extra)} symbol(s) no allowlist covers: "

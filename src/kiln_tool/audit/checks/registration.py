@@ -88,7 +88,7 @@ def defined_namespaces(ctx: LibraryContext) -> set[str]:
     info = ctx.artifact.build_info or {}
     for op in info.get("ops", []) if isinstance(info.get("ops"), list) else []:
         namespace, _, name = str(op).partition("::")
-        if name and b"\0" + (name + "(").encode() in ctx.data:
+        if name and ctx.data.find(b"\0" + (name + "(").encode(), 0) != -1:
             namespaces.add(namespace)
     return namespaces
 
@@ -109,7 +109,8 @@ def check_library(ctx: LibraryContext) -> CheckResult | None:
                       "drops them, and do not build with -nostartfiles or a linker script that discards .init_array.")
     inits = init_namespaces(ctx)
     named = "; ".join(f"{kind} {', '.join(sorted(ns))}" for kind, ns in sorted(inits.items()))
-    return passed("registration", f"registration initializers present ({len(refs)} registration call(s)"
+    return passed("registration", f"registration initializers present ({len(refs)} registration API symbol(s) "
+                  f"referenced: {', '.join(sorted(set(refs))[:4])}{' and more' if len(set(refs)) > 4 else ''}"
                   + (f"; {named})" if named else ")"))
 
 

@@ -22,8 +22,9 @@ def _sample(items: list[str]) -> str:
 
 
 def _provides(lib: Opened, symbol: DynSymbol) -> bool:
+    """Whether `lib` is known to define the symbol (a library whose exports are unknown never is)."""
     if isinstance(lib, RecordedLibrary):
-        return lib.exports(symbol.name, symbol.version)
+        return not lib.opaque and lib.exports(symbol.name, symbol.version)
     for definition in lib.definitions(symbol.name):
         if symbol.version is None:
             if not definition.version_hidden:
@@ -50,7 +51,9 @@ def check_undefined_symbols(ctx: LibraryContext) -> list[CheckResult]:
     missing_libs: list[str] = []
     resolved: list[str] = []
     preloaded: list[str] = []
-    direct: list[Opened] = []
+    direct: list[tuple[str, Opened]] = []
+    unknown: list[str] = []  # needed libraries whose exports are not known (not recorded, the driver)
+    unknown_why: dict[str, str] = {}
     extra: list[CheckResult] = []
     for name in lib.needed:
         found = resolver.find(name, ctx.location, lib)
@@ -61,8 +64,11 @@ def check_undefined_symbols(ctx: LibraryContext) -> list[CheckResult]:
             preloaded.append(f"{name} ({found.location.describe()}; {found.via})")
         resolved.append(f"{name} from {found.location.describe()} ({found.via})")
         dep = resolver.open(found.location)
-        if dep is not None:
-            direct.append(dep)
+        if found.location.unknown:
+            unknown.append(name)
+            unknown_why[name] = found.location.describe()
+        elif dep is not None:
+            direct.append((name, dep))
     if preloaded:
         extra.append(failed(
             "undefined-symbols", f"{ctx.member} needs {', '.join(preloaded)}: no RUNPATH/RPATH of it reaches "
@@ -86,53 +92,113 @@ def check_undefined_symbols(ctx: LibraryContext) -> list[CheckResult]:
             else passed("undefined-symbols", "non-torch libraries resolved; symbols not checked without the "
                         "target torch")
         return [result, *extra]
-    if missing_libs:
-        problems.append(f"needed libraries not found in the installed layout: {_sample(missing_libs)}")
     stray = sorted(set(lib.version_needs) - set(lib.needed))
     if stray:
         problems.append(f"version needs name libraries missing from DT_NEEDED: {', '.join(stray)}")
 
+    policy = resolver.policy
+    inactive = ctx.inactive_variant
     scope: list[tuple[str, Location, Opened]] | None = None
+    torch_loaded: list[tuple[str, Location, Opened]] | None = None
+    providers: dict[str, int] = {}  # needed library -> how many of the undefined symbols it provides
     unresolved: list[str] = []
     indirect: list[str] = []
+    unchecked: list[str] = []
+    left_to_missing: list[str] = []  # symbols no library found provides, while a needed library is missing
     for symbol in lib.dynamic_symbols:
         if symbol.defined or symbol.bind == "STB_WEAK":
             continue
-        if ctx.loaded_by_python and resolver.policy.provided_by_interpreter(symbol.name):
+        if ctx.loaded_by_python and policy.provided_by_interpreter(symbol.name):
             continue
-        if any(_provides(dep, symbol) for dep in direct):
+        provider = next((name for name, dep in direct if _provides(dep, symbol)), None)
+        if provider is not None:
+            providers[provider] = providers.get(provider, 0) + 1
             continue
         if scope is None:
-            # A library torch loads whose symbols were not recorded cannot vouch for anything here.
-            scope = [entry for entry in resolver.scope(ctx.location, lib)
-                     if not (isinstance(entry[2], RecordedLibrary) and entry[2].opaque)]
+            scope = [entry for entry in resolver.scope(ctx.location, lib) if not entry[1].unknown]
+            for name, location, _ in resolver.scope(ctx.location, lib):
+                if location.unknown and name not in unknown:
+                    unknown.append(name)
+                    unknown_why[name] = f"{location.describe()}, which a needed library pulls in"
         provider = next((name for name, _, dep in scope if _provides(dep, symbol)), None)
-        if provider is None:
-            unresolved.append(symbol.display())
-        elif symbol.version_file and _GLIBC_LIBS.match(symbol.version_file) and _GLIBC_LIBS.match(provider):
-            # Since glibc 2.34, pthread_create@GLIBC_2.2.5 needed "from libpthread.so.0" lives in
-            # libc.so.6; ld.so binds it there.
+        if provider is not None:
+            if symbol.version_file and _GLIBC_LIBS.match(symbol.version_file) and _GLIBC_LIBS.match(provider):
+                # Since glibc 2.34, pthread_create@GLIBC_2.2.5 needed "from libpthread.so.0" lives in
+                # libc.so.6; ld.so binds it there.
+                providers[provider] = providers.get(provider, 0) + 1
+            else:
+                indirect.append(f"{symbol.display()} (only in {provider}, which a needed library pulls in)")
             continue
+        if torch_loaded is None:
+            # A variant for another platform is never loaded beside this torch's libraries.
+            torch_loaded = [] if inactive is not None else [
+                entry for entry in resolver.loaded_by_torch() if not entry[1].unknown]
+        provider = None if symbol.version_file in missing_libs else next(
+            (name for name, _, dep in torch_loaded if _provides(dep, symbol)), None)
+        if provider is not None:
+            indirect.append(f"{symbol.display()} (only in {provider}, loaded by import torch, not in NEEDED)")
+            continue
+        owner = symbol.version_file
+        if missing_libs and (owner in missing_libs or owner is None) and not policy.is_torch_symbol(symbol.name):
+            left_to_missing.append(symbol.display())
+        elif owner is not None and owner in unknown:
+            unchecked.append(f"{symbol.display()} (from {owner})")
+        elif unknown and owner is None and not policy.is_torch_symbol(symbol.name):
+            unchecked.append(symbol.display())
         else:
-            indirect.append(f"{symbol.display()} (only in {provider})")
+            unresolved.append(symbol.display())
+    if inactive is not None and missing_libs:
+        # Its platform's libraries come with a torch of that platform, never with this one.
+        extra.append(failed(
+            "undefined-symbols", f"{inactive}, so it is never loaded with it: the libraries it needs that this "
+            f"torch does not provide ({_sample(missing_libs)}) and the {len(left_to_missing)} undefined symbol(s) "
+            f"left to them were not checked.",
+            "nothing, if the package loads only the variant of the running torch; audit against a torch of this "
+            "variant's platform (--torch VERSION) to check it.", "variant"))
+        missing_libs = []
+        left_to_missing = []
+    from_dependency = {n: d for n in missing_libs if (d := ctx.artifact.dependency_providing(n)) is not None}
+    if from_dependency:
+        extra.append(failed(
+            "undefined-symbols", f"{ctx.member} needs "
+            + "; ".join(f"{n}, which the declared dependency {d} ships" for n, d in from_dependency.items())
+            + ": no RUNPATH of it reaches that library, so it loads only after the package has loaded it (ctypes "
+            "preload, import order); its symbols were not checked.",
+            "add an $ORIGIN-relative RUNPATH to the dependency's library folder (e.g. $ORIGIN/../nvidia/cublas/lib), "
+            "so it loads in any order.", "dependency"))
+        missing_libs = [n for n in missing_libs if n not in from_dependency]
+        left_to_missing = [] if not missing_libs else left_to_missing
+    if missing_libs:
+        left = (f" ({len(left_to_missing)} undefined symbol(s) that no library found provides are left to them: "
+                f"{_sample(left_to_missing)})" if left_to_missing else "")
+        problems.insert(0, f"needed libraries not found in the installed layout: {_sample(missing_libs)}{left}")
     if unresolved:
         problems.append(f"{len(unresolved)} undefined symbol(s) no needed library provides: {_sample(unresolved)}")
     if indirect:
-        problems.append(f"{len(indirect)} symbol(s) come only from libraries that a needed library pulls in "
-                        f"(underlinked; breaks when that library's dependencies change): {_sample(indirect)}")
+        problems.append(f"{len(indirect)} symbol(s) come from libraries the library does not name in DT_NEEDED "
+                        f"(underlinked; it breaks when they are not loaded first): {_sample(indirect)}")
+    if unchecked:
+        extra.append(failed(
+            "undefined-symbols", f"{ctx.member}: {len(unchecked)} undefined symbol(s) not checked: no library whose "
+            f"exports are known provides them, and {'; '.join(unknown_why.get(n, n) for n in unknown)} may: "
+            f"{_sample(unchecked)}.",
+            "nothing to fix in the library if they are that library's API; to check them, record the exports of "
+            "torch's runtime wheels (`scripts/kiln torch-abi --runtime SITE_PACKAGES`) or audit where they are "
+            "installed (--torch-lib DIR).", "unchecked"))
     if problems:
         torch_related = any(_TORCH_LIBS.match(n) for n in missing_libs) or any(
-            s.startswith(("_ZN3c10", "_ZNK3c10", "_ZN2at", "_ZNK2at", "_ZN5torch", "_ZNK5torch")) for s in unresolved)
+            policy.is_torch_symbol(s.split("@", 1)[0]) for s in unresolved)
         hint = _torch_hint(ctx) if torch_related else ""
         return [failed("undefined-symbols", f"{ctx.member}: " + "; ".join(problems) + "." + hint,
                        "link every library whose symbols you use (and nothing else) with $ORIGIN-relative RUNPATHs; "
                        "build against exactly the torch the wheel pins (a symbol missing from it means another "
                        "torch version's headers); pass --torch-lib DIR to audit against another torch."), *extra]
-    unchecked = [d.name for d in direct if isinstance(d, RecordedLibrary) and d.opaque]
-    note = (f" (symbols of {', '.join(unchecked)} are not recorded: those it would provide were not checked)"
-            if unchecked else "")
-    return [passed("undefined-symbols", f"every symbol resolved{note}; needed: {'; '.join(resolved) or 'none'}"),
-            *extra]
+    counted = ", ".join(f"{n} from {name}" for name, n in sorted(providers.items(), key=lambda p: (-p[1], p[0])))
+    total = sum(providers.values())
+    summary = (f"{total} undefined symbol(s) resolved ({counted})" if total else "no undefined symbols to resolve")
+    if unchecked:
+        summary += f"; {len(unchecked)} not checked"
+    return [passed("undefined-symbols", f"{summary}; needed: {'; '.join(resolved) or 'none'}"), *extra]
 
 
 def check_symbol_versions(ctx: LibraryContext) -> CheckResult:

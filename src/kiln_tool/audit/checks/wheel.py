@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import csv
-import hashlib
 import io
 import re
 
@@ -27,6 +26,8 @@ def _expanded_tags(wheel: Wheel) -> set[str]:
 def _cudart_majors(artifact: ArtifactContext) -> set[int]:
     majors = set()
     for lib in artifact.libraries:
+        if lib.inactive_variant is not None:
+            continue  # a per-CUDA variant for another CUDA: loaded only with a torch of its own CUDA
         for needed in lib.lib.needed:
             match = _CUDART.match(needed)
             if match:
@@ -92,12 +93,12 @@ def check_wheel_tag(artifact: ArtifactContext) -> list[CheckResult]:
         if cuda is not None:
             major = int(str(cuda).split(".")[0])
             if cudart and cudart != {major}:
-                problems.append(f"built for CUDA {cuda} but the binaries need libcudart.so."
-                                f"{','.join(map(str, sorted(cudart)))}")
+                problems.append(f"built for CUDA {cuda} but the binaries need "
+                                f"{', '.join(f'libcudart.so.{m}' for m in sorted(cudart))}")
     if artifact.torch is not None and "+cu" in artifact.torch.version and cudart:
         torch_cuda_major = int(artifact.torch.version.split("+cu")[1][:-1] or 0)
         if cudart != {torch_cuda_major}:
-            problems.append(f"the binaries need libcudart.so.{','.join(map(str, sorted(cudart)))} but torch "
+            problems.append(f"the binaries need {', '.join(f'libcudart.so.{m}' for m in sorted(cudart))} but torch "
                             f"{artifact.torch.version} ships CUDA {torch_cuda_major}")
 
     # The torch pin.
@@ -250,12 +251,12 @@ def check_record(wheel: Wheel) -> CheckResult:
         if algorithm not in _RECORD_ALGORITHMS or not expected:
             problems.append(f"{member}: hash '{hash_field}' is not sha256/384/512")
             continue
-        data = wheel.read(member)
-        digest = base64.urlsafe_b64encode(hashlib.new(algorithm, data).digest()).rstrip(b"=").decode()
+        raw_digest, size = wheel.digest(member, algorithm)
+        digest = base64.urlsafe_b64encode(raw_digest).rstrip(b"=").decode()
         if digest != expected:
             problems.append(f"{member}: {algorithm} {digest} differs from RECORD's {expected}")
-        if size_field and size_field != str(len(data)):
-            problems.append(f"{member}: {len(data)} bytes, RECORD says {size_field}")
+        if size_field and size_field != str(size):
+            problems.append(f"{member}: {size} bytes, RECORD says {size_field}")
     for member in sorted(set(listed) - set(wheel.infos) - signatures):
         problems.append(f"RECORD lists {member}, which the wheel does not hold")
     if problems:

@@ -1,0 +1,107 @@
+"""How a library of a wheel is loaded, which decides how it is judged.
+
+- by name at run time (`ctypes.CDLL`, `ctypes.cdll.LoadLibrary`, `dlopen`): a Python file of the wheel
+  calls a loader and names the library, whole or by a prefix its code completes
+  (f"libbitsandbytes_{backend}{version}.so"). Such a library is no extension module (no import, no
+  PyInit_), and its unmangled exports are the C API its loader calls.
+- one of a family of per-platform variants (`*_cu12.so` beside `*_cu13.so`, `*_cuda118.so` ...
+  `*_cuda130.so`, `*_rocm64.so`): names alike but for a platform and version, one picked at run time.
+  A CUDA variant is loaded only with a torch of its CUDA major (from its DT_NEEDED libcudart.so.N, else
+  the version in its name); other variants (ROCm, XPU) never with a CUDA or CPU torch.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+_LOADER_CALL = re.compile(rb"\b(?:CDLL|PyDLL|LoadLibrary|dlopen)\s*\(|\bLD_PRELOAD\b")
+# The text a string literal starts with (an f-string's up to its first {}), at least 6 characters.
+_LITERAL = re.compile(rb"[\"']([A-Za-z_][A-Za-z0-9_+.-]{5,})")
+_VARIANT = re.compile(r"^(?P<stem>.+?)(?P<platform>cuda|cu|rocm|hip|xpu)(?P<version>\d+)"
+                      r"(?P<rest>(?:\.abi3|\.cpython-[A-Za-z0-9_-]+)?\.so(?:\.\d+)*)$")
+_CUDART = re.compile(r"^libcudart\.so\.(\d+)")
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One library of a per-platform family."""
+
+    platform: str  # "cuda", "rocm", "xpu" (cu and cuda are both "cuda"; hip is "rocm")
+    version: str  # as the name writes it: 118, 12, 130
+    cuda_major: int | None  # for CUDA variants
+    family: tuple[str, ...]  # every member of the family, this one included
+
+    def describe(self) -> str:
+        what = f"CUDA {self.cuda_major}" if self.cuda_major is not None else f"{self.platform} {self.version}"
+        names = [posixpath.basename(m) for m in self.family]
+        shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        return f"the {what} variant among {len(names)} per-platform libraries ({shown}), one picked at run time"
+
+
+def loaded_by_name(python_files: dict[str, bytes], libraries: list[str]) -> dict[str, str]:
+    """library member -> the Python file of the wheel that names it, when the wheel's Python loads
+    libraries by name (ctypes.CDLL, dlopen, LD_PRELOAD) somewhere: the call and the name are often in
+    different modules (a loader helper, and each caller's library stem)."""
+    found: dict[str, str] = {}
+    if not any(_LOADER_CALL.search(text) for text in python_files.values()):
+        return found
+    best: dict[str, int] = {}  # the file naming the library most precisely (the longest matching literal) wins
+    for source, text in sorted(python_files.items()):
+        fragments = {f.decode().rstrip(".") for f in _LITERAL.findall(text)}
+        for library in libraries:
+            name = posixpath.basename(library)
+            for fragment in fragments:
+                names_it = name == fragment or (name.startswith(fragment) and (
+                    fragment[-1] in "_-" or name[len(fragment)] in "._-"))
+                if names_it and len(fragment) > best.get(library, 0):
+                    best[library] = len(fragment)
+                    found[library] = source
+    return found
+
+
+def _cuda_major(platform: str, version: str, needed: list[str]) -> int | None:
+    if platform != "cuda":
+        return None
+    for name in needed:
+        match = _CUDART.match(name)
+        if match:
+            return int(match[1])
+    if not version.strip("0"):
+        return None
+    return int(version[:2]) if len(version) >= 3 or int(version[:2]) >= 10 else int(version[0])
+
+
+def _stem_rest(library: str) -> tuple[str, str]:
+    match = _VARIANT.match(posixpath.basename(library))
+    assert match is not None
+    return match["stem"], match["rest"]
+
+
+def variants(libraries: list[str], needed_of: Callable[[str], list[str]]) -> dict[str, Variant]:
+    """library member -> its Variant, for the libraries that belong to a family of two or more."""
+    families: dict[tuple[str, str, str], list[tuple[str, str, str]]] = {}
+    for library in libraries:
+        match = _VARIANT.match(posixpath.basename(library))
+        if match is None:
+            continue
+        platform = {"cu": "cuda", "hip": "rocm"}.get(match["platform"], match["platform"])
+        key = (posixpath.dirname(library), match["stem"], match["rest"])
+        families.setdefault(key, []).append((library, platform, match["version"]))
+    result: dict[str, Variant] = {}
+    for members in families.values():
+        if len(members) < 2:
+            continue
+        # The unsuffixed name beside them (<stem>.abi3.so next to <stem>_cu12.abi3.so): the default build,
+        # one of the family too; its CUDA major (if any) is the one its NEEDED libcudart names.
+        directory, stem, rest = next((posixpath.dirname(m[0]), *_stem_rest(m[0])) for m in members)
+        plain = posixpath.join(directory, stem.rstrip("_-") + rest)
+        if plain in libraries:
+            major = _cuda_major("cuda", "0", needed_of(plain))
+            members.append((plain, "cuda" if major else "default", ""))
+        family = tuple(sorted(m[0] for m in members))
+        for library, platform, version in members:
+            result[library] = Variant(platform, version, _cuda_major(platform, version, needed_of(library)), family)
+    return result
