@@ -55,15 +55,34 @@ def _is_type_checking(test: ast.expr) -> bool:
         isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
+_IMPORT_ERRORS = {"ImportError", "ModuleNotFoundError"}
+
+
+def _handles_import_errors(node: ast.Try) -> bool:
+    """An optional import: `try: import x` with a handler for ImportError/ModuleNotFoundError
+    (the code says itself what it does without the module)."""
+    for handler in node.handlers:
+        kinds = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
+        if any(isinstance(k, ast.Name) and k.id in _IMPORT_ERRORS for k in kinds):
+            return True
+    return False
+
+
 def _runtime_nodes(node: ast.AST) -> Iterator[ast.AST]:
     for child in ast.iter_child_nodes(node):
         if isinstance(child, ast.If) and _is_type_checking(child.test):
-            for other in child.orelse:
-                yield other
-                yield from _runtime_nodes(other)
+            others: list[ast.AST] = list(child.orelse)
+        elif isinstance(child, ast.Try) and _handles_import_errors(child):
+            # The imports of its body are optional; what runs without them still counts.
+            others = [*child.handlers, *child.orelse, *child.finalbody,
+                      *(stmt for stmt in child.body if not isinstance(stmt, ast.Import | ast.ImportFrom))]
+        else:
+            yield child
+            yield from _runtime_nodes(child)
             continue
-        yield child
-        yield from _runtime_nodes(child)
+        for other in others:
+            yield other
+            yield from _runtime_nodes(other)
 
 
 def _imported_names(tree: ast.AST, package: str) -> Iterator[str]:

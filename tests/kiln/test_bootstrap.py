@@ -70,6 +70,34 @@ def test_scan_follows_relative_and_lazy_imports_and_skips_type_checking(tmp_path
     assert found == {"at_runtime", "lazy_dep", "deep_dep", "package_dep", "leaf_dep"}
 
 
+def test_an_import_guarded_by_its_import_error_is_optional(tmp_path: Path) -> None:
+    _write(tmp_path, {
+        "kiln_tool/__init__.py": "",
+        "kiln_tool/commands/__init__.py": "",
+        "kiln_tool/commands/tool.py": """
+            def s3():
+                try:
+                    import boto3
+                    from botocore.config import Config
+                except (OSError, ImportError):
+                    import fallback_dep
+                    return None
+            try:
+                import needed_anyway
+            except KeyError:
+                pass
+            try:
+                import optional_dep
+            except ModuleNotFoundError:
+                optional_dep = None
+            else:
+                import after_optional
+        """,
+    })
+    assert third_party_imports(tmp_path, ["kiln_tool.commands.tool"]) == {"fallback_dep", "needed_anyway",
+                                                                          "after_optional"}
+
+
 # ---------------------------------------------------------------------------- scripts/kiln, run
 
 

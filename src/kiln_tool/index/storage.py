@@ -278,9 +278,12 @@ class S3Storage:
         try:
             import boto3
             from botocore.config import Config
+            from botocore.exceptions import BotoCoreError, ClientError
         except ImportError as exc:
             raise StorageError(f"s3 storage needs boto3 (requirements/storage-test.txt pins it): {exc}") from None
         self.bucket, self.prefix, self.public_url, self.serves_metadata = bucket, prefix, public_url, metadata
+        self._client_error: type[ClientError] = ClientError
+        self._boto_errors: tuple[type[Exception], ...] = (BotoCoreError, ClientError)
         self._client = boto3.client("s3", endpoint_url=endpoint_url, region_name=region,
                                     config=Config(retries={"max_attempts": 3}, connect_timeout=30, read_timeout=120))
 
@@ -294,16 +297,12 @@ class S3Storage:
         return f"{self.public_url}{quote(self.prefix + name, safe='/')}"
 
     def _errors(self) -> tuple[type[Exception], ...]:
-        from botocore.exceptions import BotoCoreError, ClientError
-
-        return (BotoCoreError, ClientError)
+        return self._boto_errors
 
     def stat(self, name: str) -> Stored | None:
-        from botocore.exceptions import ClientError
-
         try:
             head = self._client.head_object(Bucket=self.bucket, Key=self.prefix + name, ChecksumMode="ENABLED")
-        except ClientError as exc:
+        except self._client_error as exc:
             if exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
                 return None
             raise StorageError(f"{self.where()}{name}: {exc}") from None
@@ -329,15 +328,13 @@ class S3Storage:
             raise StorageError(f"{self.where()}{name}: {exc}") from None
 
     def put(self, name: str, path: Path, sha256: str) -> None:
-        from botocore.exceptions import ClientError
-
         checksum = base64.b64encode(bytes.fromhex(sha256)).decode("ascii")
         try:
             with path.open("rb") as body:
                 # IfNoneMatch: the bucket itself refuses a key that exists (S3 conditional writes).
                 self._client.put_object(Bucket=self.bucket, Key=self.prefix + name, Body=body,
                                         ChecksumAlgorithm="SHA256", ChecksumSHA256=checksum, IfNoneMatch="*")
-        except ClientError as exc:
+        except self._client_error as exc:
             if exc.response.get("Error", {}).get("Code") in ("PreconditionFailed", "ConditionalRequestConflict"):
                 raise IndexConflictError(f"{self.where()}{name}: the bucket already holds this name") from None
             raise StorageError(f"{self.where()}{name}: upload failed: {exc}") from None
