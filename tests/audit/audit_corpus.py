@@ -234,3 +234,16 @@ def make_wheel(out_dir: Path, files: dict[str, bytes], *, name: str = "kilntest"
 
 def run_kiln(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, str(KILN), *args], capture_output=True, text=True, timeout=300)
+
+
+def fake_torch_wheel(tmp: Path, version: str, libs: dict[str, bytes]) -> Path:
+    """A wheel laid out like torch's: torch/version.py, a dist-info WHEEL and torch/lib/*.so."""
+    tmp.mkdir(parents=True, exist_ok=True)
+    path = tmp / f"torch-{version.split('+')[0]}-cp311-cp311-manylinux_2_28_x86_64.whl"
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("torch/version.py", f"__version__ = '{version}'\n")
+        zf.writestr(f"torch-{version}.dist-info/WHEEL", "Wheel-Version: 1.0\nTag: cp311-cp311-manylinux_2_28_x86_64\n")
+        zf.writestr("torch/lib/README.txt", "not a library")
+        for name, data in libs.items():
+            zf.writestr(f"torch/lib/{name}", data)
+    return path

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import zipfile
 from pathlib import Path
 
 import pytest
-from audit_corpus import HARDENED, make_wheel, run_kiln
+from audit_corpus import HARDENED, fake_torch_wheel, make_wheel, run_kiln
 
 from kiln_tool.audit import CheckResult, audit_paths
 from kiln_tool.audit import target as target_module
@@ -72,17 +71,6 @@ def libs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
     return built
 
 
-def _torch_wheel(tmp: Path, version: str, libs: dict[str, bytes]) -> Path:
-    tmp.mkdir(parents=True, exist_ok=True)
-    path = tmp / f"torch-{version.split('+')[0]}-cp311-cp311-manylinux_2_28_x86_64.whl"
-    with zipfile.ZipFile(path, "w") as zf:
-        zf.writestr("torch/version.py", f"__version__ = '{version}'\n")
-        zf.writestr(f"torch-{version}.dist-info/WHEEL", "Wheel-Version: 1.0\nTag: cp311-cp311-manylinux_2_28_x86_64\n")
-        for name, data in libs.items():
-            zf.writestr(f"torch/lib/{name}", data)
-    return path
-
-
 def _site_packages(root: Path, version: str, libs: dict[str, bytes]) -> Path:
     """torch installed with its runtime wheel, as pip lays them out: dist-info METADATA and RECORD."""
     site = root / "lib" / "python3.11" / "site-packages"
@@ -111,7 +99,7 @@ def _undefined(report_lib: object) -> list[CheckResult]:
 
 def test_unknown_stays_unknown(libs: dict[str, bytes], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     records = tmp_path / "records"
-    torch = _torch_wheel(tmp_path / "torch", "9.1.0+cu1", {"libc10.so": libs["libc10.so"],
+    torch = fake_torch_wheel(tmp_path / "torch", "9.1.0+cu1", {"libc10.so": libs["libc10.so"],
                                                            "libdep.so": libs["libdep.so"]})
     made = run_kiln("torch-abi", str(torch), "--out", str(records))
     assert made.returncode == 0, made.stderr
@@ -161,7 +149,7 @@ def test_runtime_record_refuses_a_site_without_the_required_wheels(libs: dict[st
 
 def test_underlinked_through_torch(libs: dict[str, bytes], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     records = tmp_path / "records"
-    torch = _torch_wheel(tmp_path / "torch", "9.2.0+cpu", {"libc10.so": libs["libc10.so"],
+    torch = fake_torch_wheel(tmp_path / "torch", "9.2.0+cpu", {"libc10.so": libs["libc10.so"],
                                                            "libdep.so": libs["libdep.so"],
                                                            "libkilnblas.so.1": libs["libkilnblas.so.1"]})
     assert run_kiln("torch-abi", str(torch), "--out", str(records)).returncode == 0

@@ -7,24 +7,11 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from audit_corpus import Corpus, make_wheel, run_kiln
+from audit_corpus import Corpus, fake_torch_wheel, make_wheel, run_kiln
 
 from kiln_tool.audit import AuditInputError, AuditOptions, audit_paths
 from kiln_tool.audit import target as target_module
 from kiln_tool.audit.torch_abi import DATA_DIR_ENV, TorchAbiError, load_recorded, record_wheel
-
-
-def fake_torch_wheel(tmp: Path, version: str, libs: dict[str, bytes]) -> Path:
-    """A wheel laid out like torch's: torch/version.py, a dist-info WHEEL and torch/lib/*.so."""
-    tmp.mkdir(parents=True, exist_ok=True)
-    path = tmp / f"torch-{version.split('+')[0]}-cp311-cp311-manylinux_2_28_x86_64.whl"
-    with zipfile.ZipFile(path, "w") as zf:
-        zf.writestr("torch/version.py", f"__version__ = '{version}'\n")
-        zf.writestr(f"torch-{version}.dist-info/WHEEL", "Wheel-Version: 1.0\nTag: cp311-cp311-manylinux_2_28_x86_64\n")
-        zf.writestr("torch/lib/README.txt", "not a library")
-        for name, data in libs.items():
-            zf.writestr(f"torch/lib/{name}", data)
-    return path
 
 
 def test_record_of_a_torch_wheel(corpus: Corpus, tmp_path: Path) -> None:

@@ -313,17 +313,7 @@ class ElfLibrary:
         ndx_field = self._versym.get_symbol(index)["ndx"]
         if not isinstance(ndx_field, int):  # VER_NDX_LOCAL / VER_NDX_GLOBAL
             return None, None, False
-        raw = ndx_field
-        hidden = bool(raw & _VERSYM_HIDDEN)
-        ndx = raw & ~_VERSYM_HIDDEN
-        if ndx <= 1:
-            return None, None, hidden
-        if defined:
-            return self.version_definitions.get(ndx), None, hidden
-        file_version = self._verneed_by_index.get(ndx)
-        if file_version is None:
-            return None, None, hidden
-        return file_version[1], file_version[0], hidden
+        return self._version_of_raw(ndx_field, defined)
 
     def _symbol(self, index: int, symbol: Any) -> DynSymbol:
         defined = symbol["st_shndx"] != "SHN_UNDEF"
