@@ -1,0 +1,414 @@
+"""kiln_tool.safezip at its edges: memory while inflating a bomb member, sizes that lie by more than one
+chunk, members read back across chunks, local headers with extra fields or changed under the reader, bytes
+hidden after a deflate stream, drive-letter names, and every limit at and just over its boundary.
+(The mutation tests of issue 26 showed none of these pinned down.)"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import struct
+import tracemalloc
+import zlib
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kiln_tool.safezip import ArchiveLimits, SafeZip, UnsafeArchiveError, check_members, member_problem
+from trust.zip_bytes import DEFLATED, STORED, Member, build, deflate, extra_field
+
+WIDE = ArchiveLimits(max_file_bytes=1 << 30, max_wheel_members=50, max_total_bytes=1 << 30,
+                     max_compression_ratio=1e9, ratio_applies_above_bytes=1 << 20)
+CHUNK = 1 << 16
+
+
+def _random(n: int, seed: int = 1) -> bytes:
+    """Incompressible bytes (deflate keeps them one-to-one): a member that spans many read chunks."""
+    out = bytearray()
+    counter = 0
+    while len(out) < n:
+        out += hashlib.sha256(f"{seed}:{counter}".encode()).digest()
+        counter += 1
+    return bytes(out[:n])
+
+
+def _stream_all(archive: SafeZip, name: str) -> bytes:
+    return b"".join(archive.stream(name))
+
+
+# Memory
+
+def test_inflating_a_bomb_member_keeps_memory_at_a_few_chunks() -> None:
+    """32 MiB of zeros deflate to ~32 KiB: one read of the compressed bytes. Inflated whole, that read
+    would hold 32 MiB at once; streamed, the output of each step is bounded by the chunk size."""
+    size = 32 << 20
+    data = build([Member("opkiln/zeros.bin", bytes(size))])
+    assert len(data) < CHUNK  # the whole member is one read
+    with SafeZip(data, WIDE) as archive:
+        tracemalloc.start()
+        try:
+            biggest = 0
+            total = 0
+            for chunk in archive.stream("opkiln/zeros.bin"):
+                biggest = max(biggest, len(chunk))
+                total += len(chunk)
+            _current, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+    assert total == size
+    assert biggest <= CHUNK
+    assert peak < 8 * CHUNK, f"peak {peak} bytes while inflating"
+
+
+# Sizes that lie, and members across chunks
+
+@pytest.mark.parametrize("method", [STORED, DEFLATED])
+def test_a_size_that_lies_by_more_than_a_chunk_is_caught_as_it_streams(method: int) -> None:
+    """Declared 100 KiB, holds 1 MiB: no single chunk is over the declared size, their sum is."""
+    declared = 100 << 10
+    data = build([Member("opkiln/big.bin", _random(1 << 20), method=method, declared_size=declared)])
+    seen = 0
+    with SafeZip(data, WIDE) as archive, pytest.raises(UnsafeArchiveError, match="past its declared 102400 bytes"):
+        for chunk in archive.stream("opkiln/big.bin"):
+            seen += len(chunk)
+    assert seen <= declared
+
+
+@pytest.mark.parametrize("method", [STORED, DEFLATED])
+def test_a_size_that_lies_short_is_refused_after_the_last_byte(method: int) -> None:
+    content = _random(300_000)
+    data = build([Member("opkiln/big.bin", content, method=method, declared_size=len(content) + 1)])
+    with SafeZip(data, WIDE) as archive, pytest.raises(UnsafeArchiveError, match="holds 300000 bytes"):
+        archive.read("opkiln/big.bin")
+
+
+@pytest.mark.parametrize("method", [STORED, DEFLATED])
+def test_members_of_many_chunks_read_back_exactly(method: int) -> None:
+    members = {"opkiln/a.bin": _random(5 * CHUNK + 123, seed=2), "opkiln/b.txt": b"line\n" * 70_000,
+               "opkiln/empty": b"", "opkiln/c.bin": _random(CHUNK, seed=3)}
+    data = build([Member(name, content, method=method) for name, content in members.items()])
+    with SafeZip(data, WIDE) as archive:
+        assert archive.names() == list(members)
+        for name, content in members.items():
+            assert archive.read(name) == content
+            assert _stream_all(archive, name) == content
+        assert archive.verify(frozenset(members)) == members
+        assert archive.verify(frozenset({"opkiln/a.bin"})) == {"opkiln/a.bin": members["opkiln/a.bin"]}
+        assert archive.verify() == {}
+        kept, files = archive.verify_hashed(frozenset({"opkiln/b.txt"}))
+        assert kept == {"opkiln/b.txt": members["opkiln/b.txt"]}
+        assert files == {name: (hashlib.sha256(c).digest(), len(c)) for name, c in members.items()}
+
+
+def test_read_bounds_what_it_keeps() -> None:
+    data = build([Member("opkiln/METADATA", b"x" * 1000)])
+    with SafeZip(data, WIDE) as archive:
+        assert archive.read("opkiln/METADATA", max_bytes=1000) == b"x" * 1000
+        with pytest.raises(UnsafeArchiveError, match="1000 bytes, more than 999 expected"):
+            archive.read("opkiln/METADATA", max_bytes=999)
+
+
+def test_a_directory_member_streams_nothing() -> None:
+    data = build([Member("opkiln/", b"", method=STORED, mode=0o40755), Member("opkiln/x.py", b"x = 1\n")])
+    with SafeZip(data, WIDE) as archive:
+        assert list(archive.stream("opkiln/")) == []
+        assert archive.verify(frozenset({"opkiln/x.py"})) == {"opkiln/x.py": b"x = 1\n"}
+        _kept, files = archive.verify_hashed()
+        assert list(files) == ["opkiln/x.py"]
+
+
+@pytest.mark.parametrize("method", [STORED, DEFLATED])
+def test_a_bad_crc_is_refused(method: int) -> None:
+    content = _random(3 * CHUNK)
+    data = build([Member("opkiln/a.bin", content, method=method, crc=zlib.crc32(content) ^ 1)])
+    with SafeZip(data, WIDE) as archive, pytest.raises(UnsafeArchiveError, match="bad CRC-32"):
+        archive.read("opkiln/a.bin")
+
+
+@settings(max_examples=25, deadline=None)
+@given(content=st.binary(max_size=3 * CHUNK), method=st.sampled_from([STORED, DEFLATED]),
+       local_extra=st.binary(max_size=40))
+def test_any_member_reads_back_whatever_its_local_extra_field(content: bytes, method: int, local_extra: bytes) -> None:
+    """The data begins after the local header's name and extra field (the extra is often longer locally)."""
+    extra = extra_field(0xCAFE, local_extra)
+    data = build([Member("opkiln/x.bin", content, method=method, local_extra=extra),
+                  Member("opkiln/y.bin", content[::-1], method=method, local_extra=extra)])
+    with SafeZip(data, WIDE) as archive:
+        assert archive.read("opkiln/x.bin") == content
+        assert archive.read("opkiln/y.bin") == content[::-1]
+
+
+# Deflate streams that do not end where the archive says
+
+def test_bytes_hidden_after_the_deflate_stream_are_refused() -> None:
+    content = b"print('hello')\n" * 10
+    raw = deflate(content) + b"hidden payload"
+    data = build([Member("opkiln/x.py", content, raw=raw)])
+    with SafeZip(data, WIDE) as archive, pytest.raises(UnsafeArchiveError, match="does not end where the archive"):
+        archive.read("opkiln/x.py")
+
+
+def test_bytes_after_the_deflate_stream_in_a_later_chunk_are_refused() -> None:
+    content = _random(2 * CHUNK)
+    raw = deflate(content) + b"\0" * (CHUNK + 10)
+    data = build([Member("opkiln/x.bin", content, raw=raw)])
+    with SafeZip(data, WIDE) as archive, pytest.raises(UnsafeArchiveError, match="does not end where the archive"):
+        archive.read("opkiln/x.bin")
+
+
+def test_a_deflate_stream_cut_short_is_refused() -> None:
+    content = _random(2 * CHUNK)
+    raw = deflate(content)[:-20]
+    data = build([Member("opkiln/x.bin", content, raw=raw)])
+    with SafeZip(data, WIDE) as archive, pytest.raises(UnsafeArchiveError, match="corrupt deflate"):
+        archive.read("opkiln/x.bin")
+
+
+def test_garbage_instead_of_deflate_data_is_refused() -> None:
+    data = build([Member("opkiln/x.bin", b"abc", raw=b"\xff" * 50)])
+    with SafeZip(data, WIDE) as archive, pytest.raises(UnsafeArchiveError, match="corrupt deflate data"):
+        archive.read("opkiln/x.bin")
+
+
+# The local header, read again when a member is streamed (the file may have changed since it was opened)
+
+def _opened_then_changed(tmp_path: Path, change: str) -> tuple[SafeZip, str]:
+    """The first member's local header changed on disk once the archive passed its checks. (The first: the
+    reader's buffer then holds the last member, 64 KiB further on, and streaming reads the file again.)"""
+    content = _random(CHUNK + 7)
+    path = tmp_path / "a.whl"
+    path.write_bytes(build([Member("opkiln/a.bin", content), Member("opkiln/b.bin", content)]))
+    archive = SafeZip(path, WIDE)
+    offset = archive.members["opkiln/a.bin"].header_offset
+    assert offset == 0
+    with path.open("r+b") as fh:
+        if change == "magic":
+            fh.seek(offset)
+            fh.write(b"PK\x05\x05")
+        elif change == "method":
+            fh.seek(offset + 8)
+            fh.write(struct.pack("<H", STORED))
+        elif change == "truncated header":
+            fh.truncate(offset + 20)
+        elif change == "truncated data":
+            fh.truncate(offset + 30 + len("opkiln/a.bin") + 100)
+    return archive, "opkiln/a.bin"
+
+
+@pytest.mark.parametrize(("change", "reason"), [
+    ("magic", "bad local header"),
+    ("method", "local and central headers disagree on compression"),
+    ("truncated header", "truncated local header"),
+    ("truncated data", "is truncated"),
+])
+def test_a_local_header_changed_after_opening_is_refused(change: str, reason: str, tmp_path: Path) -> None:
+    archive, name = _opened_then_changed(tmp_path, change)
+    with archive, pytest.raises(UnsafeArchiveError, match=reason):
+        archive.read(name)
+
+
+def test_an_unreadable_member_is_one_error(tmp_path: Path) -> None:
+    path = tmp_path / "a.whl"
+    content = _random(CHUNK + 7)
+    path.write_bytes(build([Member("opkiln/a.bin", content), Member("opkiln/b.bin", content)]))
+    archive = SafeZip(path, WIDE)
+    os.close(archive._fh.fileno())  # the descriptor fails under the reader (EBADF; a.bin is not in its buffer)
+    with pytest.raises(UnsafeArchiveError, match="unreadable"):
+        archive.read("opkiln/a.bin")
+    with contextlib.suppress(OSError):  # its descriptor is gone already
+        archive.close()
+
+
+# Names
+
+@pytest.mark.parametrize("name", ["C:/x.py", "c:x.py", "Z:", "d:\\x.py", "C:/opkiln/__init__.py"])
+def test_a_drive_letter_name_is_refused(name: str) -> None:
+    data = build([Member(name, b"x")])
+    with pytest.raises(UnsafeArchiveError, match="outside site-packages"):
+        SafeZip(data, WIDE)
+
+
+@pytest.mark.parametrize("name", ["ab:.py", "opkiln/C:x.py", "x"])
+def test_a_colon_elsewhere_is_no_drive_letter(name: str) -> None:
+    """Only a second character ':' names a drive; one-character names are fine."""
+    data = build([Member(name, b"x")])
+    with SafeZip(data, WIDE) as archive:
+        assert archive.read(name) == b"x"
+
+
+@pytest.mark.parametrize(("name", "reason"), [
+    ("", "outside site-packages"),
+    ("/x.py", "outside site-packages"),
+    ("a/../../x.py", "outside site-packages"),
+    ("a\\x.py", "outside site-packages"),
+    ("a/\u200bx.py", "control or invisible"),
+    ("a/\u2028x.py", "control or invisible"),
+    ("a//x.py", "not in normal form"),
+    ("a/./x.py", "not in normal form"),
+    ("./x.py", "not in normal form"),
+])
+def test_every_bad_name_is_refused_with_its_reason(name: str, reason: str) -> None:
+    data = build([Member(name, b"x")])
+    with pytest.raises(UnsafeArchiveError, match=reason):
+        SafeZip(data, WIDE)
+
+
+def test_a_nul_in_a_name_is_refused() -> None:
+    """zipfile cuts a name at NUL: "opkiln/\0evil.so" would read as the folder "opkiln/", its bytes never
+    checked. The name as stored (orig_filename) is what is refused."""
+    import zipfile
+
+    with pytest.raises(UnsafeArchiveError, match="outside site-packages"):
+        SafeZip(build([Member("opkiln/\0evil.so", b"\x7fELF" * 100)]), WIDE)
+    info = zipfile.ZipInfo("a/x.py")
+    assert member_problem(info) is None
+    info.orig_filename = "a/\0x.py"
+    assert member_problem(info) == "member 'a/x.py' would be installed outside site-packages"
+
+
+def test_a_link_is_refused_and_a_directory_is_not() -> None:
+    with pytest.raises(UnsafeArchiveError, match="symbolic link"):
+        SafeZip(build([Member("opkiln/l", b"/etc/passwd", mode=0o120777)]), WIDE)
+    with SafeZip(build([Member("opkiln/", b"", method=STORED, mode=0o40755)]), WIDE) as archive:
+        assert archive.names() == ["opkiln/"]
+
+
+def test_a_directory_with_an_unknown_method_is_not_refused_for_it() -> None:
+    """A directory holds no data, so its method is never used (zipfile writes some with odd methods)."""
+    with SafeZip(build([Member("opkiln/", b"", method=12, raw=b"", mode=0o40755)]), WIDE) as archive:
+        assert archive.names() == ["opkiln/"]
+    with pytest.raises(UnsafeArchiveError, match="compression method 12"):
+        SafeZip(build([Member("opkiln/x", b"", method=12, raw=b"")]), WIDE)
+
+
+@pytest.mark.parametrize(("first", "second", "reason"), [
+    ("opkiln/A.py", "opkiln/a.py", "differ only by case"),
+    ("opkiln/\u00e9.py", "opkiln/e\u0301.py", "differ only by case or Unicode normalization"),
+    ("opkiln/x", "opkiln/x/", "appears twice"),
+])
+def test_two_spellings_of_one_file_are_refused(first: str, second: str, reason: str) -> None:
+    data = build([Member(first, b"1"), Member(second, b"2", method=STORED)])
+    with pytest.raises(UnsafeArchiveError, match=reason):
+        SafeZip(data, WIDE)
+
+
+# Limits, at and just over each boundary
+
+def _members(n: int, size: int = 10) -> list[Member]:
+    return [Member(f"opkiln/m{i}.bin", _random(size, seed=i), method=STORED) for i in range(n)]
+
+
+def test_the_member_count_limit_is_inclusive() -> None:
+    limits = replace(WIDE, max_wheel_members=4)
+    with SafeZip(build(_members(4)), limits) as archive:
+        assert len(archive.names()) == 4
+    with pytest.raises(UnsafeArchiveError, match="5 members, more than the limit of 4"):
+        SafeZip(build(_members(5)), limits)
+
+
+def test_the_member_size_limit_is_inclusive() -> None:
+    limits = replace(WIDE, max_file_bytes=1000)
+    with SafeZip(build([Member("opkiln/a.bin", _random(1000), method=STORED)]), limits) as archive:
+        assert len(archive.read("opkiln/a.bin")) == 1000
+    with pytest.raises(UnsafeArchiveError, match=r"'opkiln/a\.bin' unpacks to 0\.0 MiB, more than the limit"):
+        SafeZip(build([Member("opkiln/a.bin", _random(1001), method=STORED)]), limits)
+
+
+def test_the_total_size_limit_is_inclusive() -> None:
+    limits = replace(WIDE, max_total_bytes=3000)
+    with SafeZip(build(_members(3, size=1000)), limits) as archive:
+        assert len(archive.names()) == 3
+    members = _members(3, size=1000)
+    members[2] = Member("opkiln/m2.bin", _random(1001), method=STORED)
+    with pytest.raises(UnsafeArchiveError, match="unpacks to more than the limit"):
+        SafeZip(build(members), limits)
+
+
+def test_the_size_messages_use_the_unit_that_fits() -> None:
+    limits = replace(WIDE, max_file_bytes=(1 << 30) - 1, max_total_bytes=1 << 40)
+    big = Member("opkiln/a.bin", b"", raw=b"", method=STORED, declared_size=3 << 29)
+    with pytest.raises(UnsafeArchiveError, match=r"unpacks to 1\.5 GiB, more than the limit of 1024\.0 MiB"):
+        SafeZip(build([big]), limits)
+
+
+def _zeros_member(size: int) -> tuple[Member, int]:
+    member = Member("opkiln/zeros.bin", bytes(size))
+    return member, len(member.stored())
+
+
+def test_the_member_ratio_limit_is_inclusive() -> None:
+    size = 4 << 20
+    member, compressed = _zeros_member(size)
+    exact = size / compressed
+    limits = replace(WIDE, ratio_applies_above_bytes=1 << 20, max_compression_ratio=exact)
+    with SafeZip(build([member]), limits) as archive:
+        assert archive.names() == ["opkiln/zeros.bin"]
+    with pytest.raises(UnsafeArchiveError, match=rf"unpacks {compressed} bytes to {size} \(ratio \d+:1.*zip bomb"):
+        SafeZip(build([member]), replace(limits, max_compression_ratio=exact * 0.999))
+
+
+def test_the_ratio_limit_applies_only_above_its_size() -> None:
+    size = 4 << 20
+    member, _compressed = _zeros_member(size)
+    strict = replace(WIDE, max_compression_ratio=2.0, ratio_applies_above_bytes=size)
+    # At the threshold: a member of exactly that size is not held to the ratio, nor is the archive.
+    with SafeZip(build([member]), strict) as archive:
+        assert archive.names() == ["opkiln/zeros.bin"]
+    with pytest.raises(UnsafeArchiveError, match="zip bomb"):
+        SafeZip(build([member]), replace(strict, ratio_applies_above_bytes=size - 1))
+
+
+def test_the_whole_archive_ratio_limit_is_inclusive() -> None:
+    """Many members, each under the per-member threshold, that inflate too much together."""
+    members = [Member(f"opkiln/z{i}.bin", bytes(500_000)) for i in range(8)]
+    data = build(members)
+    total = 8 * 500_000
+    exact = total / len(data)
+    limits = replace(WIDE, ratio_applies_above_bytes=1 << 20, max_compression_ratio=exact)
+    with SafeZip(data, limits) as archive:
+        assert len(archive.names()) == 8
+    with pytest.raises(UnsafeArchiveError, match=rf"{len(data)} bytes unpack to {total} .*whole archive"):
+        SafeZip(data, replace(limits, max_compression_ratio=exact * 0.999))
+    # At the size threshold the whole archive is not held to the ratio either.
+    with SafeZip(data, replace(limits, max_compression_ratio=exact * 0.5, ratio_applies_above_bytes=total)):
+        pass
+
+
+def test_check_members_without_the_archive_size_skips_the_archive_bounds() -> None:
+    import zipfile
+    from io import BytesIO
+
+    members = [Member(f"opkiln/z{i}.bin", bytes(500_000)) for i in range(8)]
+    data = build(members)
+    with zipfile.ZipFile(BytesIO(data)) as zf:
+        infos = zf.infolist()
+    tight = replace(WIDE, ratio_applies_above_bytes=1 << 20, max_compression_ratio=2.0)
+    assert list(check_members(infos, tight)) == [i.filename for i in infos]
+    with pytest.raises(UnsafeArchiveError, match="whole archive"):
+        check_members(infos, tight, len(data))
+
+
+def test_adjacent_members_do_not_overlap_but_one_byte_of_overlap_does() -> None:
+    """Members that end exactly where the next begins are fine; claiming one byte more is an overlap."""
+    import zipfile
+    from io import BytesIO
+
+    data = build([Member("opkiln/a.bin", _random(100), method=STORED),
+                  Member("opkiln/b.bin", _random(100), method=STORED)])
+    with zipfile.ZipFile(BytesIO(data)) as zf:
+        infos = zf.infolist()
+    assert list(check_members(infos, WIDE, len(data))) == ["opkiln/a.bin", "opkiln/b.bin"]
+    infos[0].compress_size += 1
+    with pytest.raises(UnsafeArchiveError, match=r"'opkiln/a\.bin' and 'opkiln/b\.bin' overlap"):
+        check_members(infos, WIDE, len(data))
+    infos[0].compress_size -= 1
+    # The name's length counts in its encoding: "\u00e4" is two bytes in UTF-8 (flag 0x800), one in cp437.
+    infos[0].orig_filename = "opkiln/\u00e4.bin"
+    with pytest.raises(UnsafeArchiveError, match="overlap"):
+        check_members(infos, WIDE, len(data))
+    infos[0].flag_bits &= ~0x800
+    assert list(check_members(infos, WIDE, len(data))) == ["opkiln/a.bin", "opkiln/b.bin"]
