@@ -153,11 +153,11 @@ def mutated_functions(path: Path) -> dict[str, str]:
     for node in tree.body:
         if isinstance(node, ast.ClassDef):
             nodes += node.body
+    lines = text.splitlines()
     for node in nodes:
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and "__mutmut_" in node.name:
-            segment = ast.get_source_segment(text, node)
-            if segment is not None:
-                found[node.name] = _strip_marker(segment)
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and "__mutmut_" in node.name \
+                and node.end_lineno is not None:
+            found[node.name] = _strip_marker("\n".join(lines[node.lineno - 1:node.end_lineno]))
     return found
 
 

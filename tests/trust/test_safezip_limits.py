@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import os
 import struct
 import tracemalloc
+import zipfile
 import zlib
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -260,8 +263,6 @@ def test_every_bad_name_is_refused_with_its_reason(name: str, reason: str) -> No
 def test_a_nul_in_a_name_is_refused() -> None:
     """zipfile cuts a name at NUL: "opkiln/\0evil.so" would read as the folder "opkiln/", its bytes never
     checked. The name as stored (orig_filename) is what is refused."""
-    import zipfile
-
     with pytest.raises(UnsafeArchiveError, match="outside site-packages"):
         SafeZip(build([Member("opkiln/\0evil.so", b"\x7fELF" * 100)]), WIDE)
     info = zipfile.ZipInfo("a/x.py")
@@ -379,12 +380,9 @@ def test_the_whole_archive_ratio_limit_is_inclusive() -> None:
 
 
 def test_check_members_without_the_archive_size_skips_the_archive_bounds() -> None:
-    import zipfile
-    from io import BytesIO
-
     members = [Member(f"opkiln/z{i}.bin", bytes(500_000)) for i in range(8)]
     data = build(members)
-    with zipfile.ZipFile(BytesIO(data)) as zf:
+    with zipfile.ZipFile(io.BytesIO(data)) as zf:
         infos = zf.infolist()
     tight = replace(WIDE, ratio_applies_above_bytes=1 << 20, max_compression_ratio=2.0)
     assert list(check_members(infos, tight)) == [i.filename for i in infos]
@@ -394,12 +392,9 @@ def test_check_members_without_the_archive_size_skips_the_archive_bounds() -> No
 
 def test_adjacent_members_do_not_overlap_but_one_byte_of_overlap_does() -> None:
     """Members that end exactly where the next begins are fine; claiming one byte more is an overlap."""
-    import zipfile
-    from io import BytesIO
-
     data = build([Member("opkiln/a.bin", _random(100), method=STORED),
                   Member("opkiln/b.bin", _random(100), method=STORED)])
-    with zipfile.ZipFile(BytesIO(data)) as zf:
+    with zipfile.ZipFile(io.BytesIO(data)) as zf:
         infos = zf.infolist()
     assert list(check_members(infos, WIDE, len(data))) == ["opkiln/a.bin", "opkiln/b.bin"]
     infos[0].compress_size += 1
@@ -412,3 +407,214 @@ def test_adjacent_members_do_not_overlap_but_one_byte_of_overlap_does() -> None:
         check_members(infos, WIDE, len(data))
     infos[0].flag_bits &= ~0x800
     assert list(check_members(infos, WIDE, len(data))) == ["opkiln/a.bin", "opkiln/b.bin"]
+
+
+# Name encodings: zipfile's reading of each name must be the bytes the archive holds
+
+@pytest.mark.parametrize(("name", "utf8"), [("opkiln/\u00e4\u00df.py", True), ("opkiln/\u00e4\u00df.py", False),
+                                            ("opkiln/caf\u00e9/x.py", True), ("opkiln/plain.py", True)])
+def test_a_name_reads_back_in_its_own_encoding(name: str, utf8: bool) -> None:
+    """UTF-8 when flagged (0x800), cp437 otherwise: both spell these names with other bytes."""
+    data = build([Member(name, b"x = 1\n", utf8=utf8)])
+    with SafeZip(data, WIDE) as archive:
+        assert archive.names() == [name]
+        assert archive.read(name) == b"x = 1\n"
+
+
+# Extra fields: parsed exactly, in the local and the central header
+
+@pytest.mark.parametrize("where", ["local", "central"])
+def test_several_extra_fields_and_an_empty_last_one_are_read(where: str) -> None:
+    extra = extra_field(0x5455, b"\x01\x00\x00\x00\x00") + extra_field(0xCAFE, b"ab") + extra_field(0xBEEF, b"")
+    member = Member("opkiln/x.py", b"x = 1\n", **{f"{where}_extra": extra})  # type: ignore[arg-type]
+    with SafeZip(build([member]), WIDE) as archive:
+        assert archive.read("opkiln/x.py") == b"x = 1\n"
+
+
+def test_a_long_extra_field_is_read() -> None:
+    """A body of 33,000 bytes: its length is an unsigned 16-bit number."""
+    member = Member("opkiln/x.py", b"x = 1\n", local_extra=extra_field(0x8001, bytes(33_000)))
+    with SafeZip(build([member]), WIDE) as archive:
+        assert archive.read("opkiln/x.py") == b"x = 1\n"
+
+
+@pytest.mark.parametrize("where", ["local", "central"])
+@pytest.mark.parametrize("extra", [
+    extra_field(0xCAFE, b"ab") + b"\x01\x02",  # two bytes after the last field
+    extra_field(0xCAFE, b"ab") + b"\x01\x02\x03",
+    extra_field(0xCAFE, b"ab")[:-1],  # a body shorter than its length
+    extra_field(0xCAFE, b"ab") + extra_field(0xCAFE, b"cd"),  # one kind twice
+], ids=["2 stray bytes", "3 stray bytes", "short body", "kind twice"])
+def test_a_malformed_extra_field_is_refused(where: str, extra: bytes) -> None:
+    member = Member("opkiln/x.py", b"x = 1\n", **{f"{where}_extra": extra})  # type: ignore[arg-type]
+    with pytest.raises(UnsafeArchiveError, match=r"malformed extra field|not a readable zip"):
+        SafeZip(build([member]), WIDE)
+
+
+# zip64: sizes in the extra field
+
+@pytest.mark.parametrize("method", [STORED, DEFLATED])
+def test_zip64_sizes_are_read_from_the_extra_field(method: int) -> None:
+    content = _random(CHUNK + 99)
+    data = build([Member("opkiln/a.bin", content, method=method, zip64=True), Member("opkiln/b.py", b"b = 2\n")])
+    with SafeZip(data, WIDE) as archive:
+        assert archive.members["opkiln/a.bin"].file_size == len(content)
+        assert archive.read("opkiln/a.bin") == content
+        assert archive.read("opkiln/b.py") == b"b = 2\n"
+
+
+def test_a_zip64_marker_without_its_extra_field_is_refused() -> None:
+    data = bytearray(build([Member("opkiln/a.bin", b"abc", method=STORED)]))
+    central = data.index(b"PK\x01\x02")
+    struct.pack_into("<I", data, central + 24, 0xFFFFFFFF)  # the uncompressed size: "see the zip64 extra"
+    # zipfile takes 0xFFFFFFFF at its word (4 GiB); limits wide enough that the central directory is read.
+    limits = replace(WIDE, max_file_bytes=1 << 33, max_total_bytes=1 << 33, max_compression_ratio=1e12)
+    with pytest.raises(UnsafeArchiveError, match="a zip64 size or offset is missing from its extra field"):
+        SafeZip(bytes(data), limits)
+
+
+def test_a_member_one_byte_over_a_whole_chunk_is_read_to_its_last_byte() -> None:
+    content = _random(CHUNK + 1)
+    with SafeZip(build([Member("opkiln/a.bin", content, method=STORED)]), WIDE) as archive:
+        assert archive.read("opkiln/a.bin") == content
+
+
+# Data descriptors: CRC and sizes after the data (flag 8), with or without their signature
+
+@pytest.mark.parametrize("kind", ["signed", "bare"])
+@pytest.mark.parametrize("method", [STORED, DEFLATED])
+def test_members_with_data_descriptors_read_back(kind: str, method: int) -> None:
+    first, second = _random(CHUNK + 5, seed=7), b"y = 2\n" * 100
+    data = build([Member("opkiln/a.bin", first, method=method, descriptor=kind),
+                  Member("opkiln/b.py", second, method=method, descriptor=kind)])
+    with SafeZip(data, WIDE) as archive:
+        assert archive.verify(frozenset({"opkiln/a.bin", "opkiln/b.py"})) == {"opkiln/a.bin": first,
+                                                                             "opkiln/b.py": second}
+
+
+def test_a_local_header_may_state_the_descriptors_values_too() -> None:
+    content = b"x = 1\n"
+    truth = (zlib.crc32(content), len(deflate(content)), len(content))
+    with SafeZip(build([Member("opkiln/x.py", content, descriptor="signed", local_values=truth)]), WIDE) as archive:
+        assert archive.read("opkiln/x.py") == content
+
+
+@pytest.mark.parametrize(("member", "reason"), [
+    (Member("opkiln/x.py", b"x = 1\n", descriptor="signed", descriptor_values=(0, 8, 6)),
+     "its data descriptor and central entry disagree"),
+    (Member("opkiln/x.py", b"x = 1\n", descriptor="bare", descriptor_values=(zlib.crc32(b"x = 1\n"), 8, 7)),
+     "its data descriptor and central entry disagree"),
+    (Member("opkiln/x.py", b"x = 1\n", descriptor="signed", local_values=(1, 0, 0)),
+     "local and central headers disagree on CRC or sizes"),
+    (Member("opkiln/x.py", b"x = 1\n", descriptor="signed", local_values=(0, 0, 6)),
+     "local and central headers disagree on CRC or sizes"),
+    (Member("opkiln/x.py", b"x = 1\n", local_values=(zlib.crc32(b"x = 1\n"), 8, 7)),
+     "local and central headers disagree on CRC or sizes"),
+])
+def test_a_descriptor_or_local_header_that_disagrees_is_refused(member: Member, reason: str) -> None:
+    with pytest.raises(UnsafeArchiveError, match=reason):
+        SafeZip(build([member, Member("opkiln/y.py", b"y = 2\n")]), WIDE)
+
+
+def test_a_descriptor_cut_off_by_the_end_of_the_file_is_refused() -> None:
+    data = build([Member("opkiln/x.py", b"x = 1\n", descriptor="bare")])
+    # Drop the central directory's claim: the descriptor's 12 bytes are all that separates data and directory.
+    with SafeZip(data, WIDE) as archive:
+        assert archive.read("opkiln/x.py") == b"x = 1\n"
+    with pytest.raises(UnsafeArchiveError):
+        SafeZip(data[:-40], WIDE)
+
+
+# The end of the archive: comments, zip64 end records, data after the end
+
+def test_an_archive_comment_holding_an_end_signature_is_refused() -> None:
+    """zipfile takes the signature in the comment for the end record; ours is the one that ends the file:
+    two readings of one archive, so it is refused."""
+    comment = b"see PK\x05\x06 inside" + bytes(30)
+    data = build([Member("opkiln/x.py", b"x = 1\n")], comment=comment)
+    with pytest.raises(UnsafeArchiveError, match="zipfile sees 0 members, the central directory holds 1"):
+        SafeZip(data, WIDE)
+
+
+def test_an_archive_comment_is_read() -> None:
+    data = build([Member("opkiln/x.py", b"x = 1\n")], comment=b"a comment\n")
+    with SafeZip(data, WIDE) as archive:
+        assert archive.read("opkiln/x.py") == b"x = 1\n"
+
+
+def test_a_long_comment_is_read() -> None:
+    data = build([Member("opkiln/x.py", b"x = 1\n")], comment=b"c" * 65_535)
+    with SafeZip(data, WIDE) as archive:
+        assert archive.names() == ["opkiln/x.py"]
+
+
+@pytest.mark.parametrize("junk", [b"x", b"PK\x05\x06" + bytes(18), bytes(100)])
+def test_data_after_the_end_record_is_refused(junk: bytes) -> None:
+    data = build([Member("opkiln/x.py", b"x = 1\n")]) + junk
+    with pytest.raises(UnsafeArchiveError, match=r"end-of-archive|not a readable zip|central directory does not"):
+        SafeZip(data, WIDE)
+
+
+def test_a_zip64_end_record_is_read() -> None:
+    members = [Member("opkiln/x.py", b"x = 1\n"), Member("opkiln/y.bin", _random(CHUNK + 3), method=STORED)]
+    with SafeZip(build(members, zip64_end=True), WIDE) as archive:
+        assert archive.names() == ["opkiln/x.py", "opkiln/y.bin"]
+        assert archive.read("opkiln/y.bin") == members[1].data
+
+
+@pytest.mark.parametrize(("fields", "reason"), [
+    ({"signature": 0x06064B51}, "malformed zip64 end record|not a readable zip"),
+    ({"record_size": 45}, "malformed zip64 end record|not a readable zip"),
+    ({"locator_disk": 1}, "malformed zip64 end record|not a readable zip|multi-disk"),
+    ({"disks": 2}, "malformed zip64 end record|not a readable zip|multi-disk"),
+    ({"disks": 0}, "malformed zip64 end record|not a readable zip|multi-disk"),
+    ({"disk": 1}, "multi-disk|not a readable zip"),
+    ({"cd_disk": 1}, "multi-disk|not a readable zip"),
+    ({"disk_entries": 1}, "multi-disk|not a readable zip"),
+    ({"entries": 3, "disk_entries": 3}, "end record counts 3 entries|not a readable zip"),
+])
+def test_a_bad_zip64_end_record_is_refused(fields: dict[str, int], reason: str) -> None:
+    members = [Member("opkiln/x.py", b"x = 1\n"), Member("opkiln/y.py", b"y = 2\n")]
+    with pytest.raises(UnsafeArchiveError, match=reason):
+        SafeZip(build(members, zip64_end=True, zip64_fields=fields), WIDE)
+
+
+@pytest.mark.parametrize("where", ["first", "between"])
+def test_bytes_no_entry_accounts_for_are_refused_and_placed(where: str) -> None:
+    """Junk before the first member or between two: the message says which."""
+    a, b = Member("opkiln/a.py", b"a = 1\n"), Member("opkiln/b.py", b"b = 2\n")
+    clean = build([a, b])
+    with zipfile_infos(clean) as infos:
+        cut = 0 if where == "first" else infos[1].header_offset
+    junk = b"\0" * 16
+    spliced = bytearray(clean[:cut] + junk + clean[cut:])
+    # Move every offset at or after the cut (central entries and the end record's directory offset).
+    end = spliced.rindex(b"PK\x05\x06")
+    _cd_size, cd_offset = struct.unpack_from("<II", spliced, end + 12)
+    struct.pack_into("<I", spliced, end + 16, cd_offset + len(junk))
+    at = cd_offset + len(junk)
+    while spliced[at:at + 4] == b"PK\x01\x02":
+        name_len, extra_len, comment_len = struct.unpack_from("<HHH", spliced, at + 28)
+        (offset,) = struct.unpack_from("<I", spliced, at + 42)
+        if offset >= cut:
+            struct.pack_into("<I", spliced, at + 42, offset + len(junk))
+        at += 46 + name_len + extra_len + comment_len
+    expected = "before the first member" if where == "first" else "between members"
+    with pytest.raises(UnsafeArchiveError, match=expected):
+        SafeZip(bytes(spliced), WIDE)
+
+
+@contextlib.contextmanager
+def zipfile_infos(data: bytes) -> Iterator[list[zipfile.ZipInfo]]:
+    with zipfile.ZipFile(io.BytesIO(data)) as zf:
+        yield zf.infolist()
+
+
+def test_bytes_between_the_last_member_and_the_directory_are_refused() -> None:
+    clean = build([Member("opkiln/a.py", b"a = 1\n")])
+    end = clean.rindex(b"PK\x05\x06")
+    _cd_size, cd_offset = struct.unpack_from("<II", clean, end + 12)
+    spliced = bytearray(clean[:cd_offset] + b"\0" * 9 + clean[cd_offset:])
+    struct.pack_into("<I", spliced, end + 9 + 16, cd_offset + 9)
+    with pytest.raises(UnsafeArchiveError, match="9 bytes between the last member and the central directory"):
+        SafeZip(bytes(spliced), WIDE)
