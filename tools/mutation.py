@@ -30,7 +30,6 @@ import ast
 import difflib
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -292,8 +291,8 @@ def _mutmut_section(module: Module, max_children: int) -> str:
     ])
 
 
-def prepare(module: Module, max_children: int, without: tuple[str, ...] = ()) -> Path:
-    work = WORK / module.name
+def prepare(module: Module, max_children: int, without: tuple[str, ...] = (), root: Path = WORK) -> Path:
+    work = root / module.name
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "_artifacts", ".pytest_cache")
@@ -316,11 +315,11 @@ def prepare(module: Module, max_children: int, without: tuple[str, ...] = ()) ->
     return work
 
 
-def run_module(module: Module, max_children: int, without: tuple[str, ...] = ()) -> float:
+def run_module(module: Module, max_children: int, without: tuple[str, ...] = (), root: Path = WORK) -> float:
     mutmut = VENV / "bin" / "mutmut"
     if not mutmut.exists():
         raise SystemExit(f"{mutmut} is missing: make mutation-venv (requirements/mutation.txt)")
-    work = prepare(module, max_children, without)
+    work = prepare(module, max_children, without, root)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "MUTANT_UNDER_TEST")}
     env["PATH"] = f"{VENV / 'bin'}{os.pathsep}{env.get('PATH', '')}"
     log = work / "mutmut.log"
@@ -336,11 +335,11 @@ def run_module(module: Module, max_children: int, without: tuple[str, ...] = ())
     return wall
 
 
-def report(names: list[str], out: Path) -> int:
+def report(names: list[str], out: Path, root: Path = WORK) -> int:
     results: dict[str, list[Mutant]] = {}
     walls: dict[str, float] = {}
     for name in names:
-        work = WORK / name
+        work = root / name
         if not (work / "mutants").is_dir():
             raise SystemExit(f"mutation: no run of {name} in {work} (tools/mutation.py run {name})")
         results[name] = collect(work)
@@ -397,13 +396,14 @@ def _names(given: list[str]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--work", type=Path, default=WORK, help="where each module's copy is made")
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="mutmut on each module, then the report")
     run.add_argument("modules", nargs="*")
     run.add_argument("--max-children", type=int, default=2)
     run.add_argument("--without", action="append", default=[], metavar="TEST_FILE",
                      help="leave this test file out of the copy (to measure the tests as they were before it)")
-    run.add_argument("--out", type=Path, default=WORK)
+    run.add_argument("--out", type=Path, default=WORK, help="where report.md and report.json go")
     rep = sub.add_parser("report", help="the report of the last run")
     rep.add_argument("modules", nargs="*")
     rep.add_argument("--out", type=Path, default=WORK)
@@ -416,9 +416,9 @@ def main(argv: list[str] | None = None) -> int:
     names = _names(args.modules)
     if args.command == "run":
         for name in names:
-            wall = run_module(MODULES[name], args.max_children, tuple(args.without))
+            wall = run_module(MODULES[name], args.max_children, tuple(args.without), args.work)
             print(f"mutation: {name}: {wall:.0f} s", file=sys.stderr)
-    return report([n for n in names if re.fullmatch(r"[\w-]+", n)], args.out)
+    return report(names, args.out, args.work)
 
 
 if __name__ == "__main__":
