@@ -315,7 +315,8 @@ def prepare(module: Module, max_children: int, without: tuple[str, ...] = (), ro
     return work
 
 
-def run_module(module: Module, max_children: int, without: tuple[str, ...] = (), root: Path = WORK) -> float:
+def run_module(module: Module, max_children: int, without: tuple[str, ...] = (), root: Path = WORK,
+               only: list[str] | None = None) -> float:
     mutmut = VENV / "bin" / "mutmut"
     if not mutmut.exists():
         raise SystemExit(f"{mutmut} is missing: make mutation-venv (requirements/mutation.txt)")
@@ -325,8 +326,8 @@ def run_module(module: Module, max_children: int, without: tuple[str, ...] = (),
     log = work / "mutmut.log"
     start = time.monotonic()
     with log.open("w") as fh:
-        code = subprocess.run([str(mutmut), "run", "--max-children", str(max_children)], cwd=work, env=env,
-                              stdout=fh, stderr=subprocess.STDOUT, check=False).returncode
+        command = [str(mutmut), "run", "--max-children", str(max_children), *(only or [])]
+        code = subprocess.run(command, cwd=work, env=env, stdout=fh, stderr=subprocess.STDOUT, check=False).returncode
     wall = time.monotonic() - start
     (work / "wall_s").write_text(f"{wall:.1f}\n")
     if code != 0:
@@ -335,7 +336,12 @@ def run_module(module: Module, max_children: int, without: tuple[str, ...] = (),
     return wall
 
 
-def report(names: list[str], out: Path, root: Path = WORK) -> int:
+def survivors(work: Path) -> list[str]:
+    """mutmut's names of the mutants a run in ``work`` did not kill."""
+    return [m.key for m in collect(work) if m.status not in ("killed", "timeout")]
+
+
+def report(names: list[str], out: Path, root: Path = WORK, killed_in: Path | None = None) -> int:
     results: dict[str, list[Mutant]] = {}
     walls: dict[str, float] = {}
     for name in names:
@@ -343,6 +349,13 @@ def report(names: list[str], out: Path, root: Path = WORK) -> int:
         if not (work / "mutants").is_dir():
             raise SystemExit(f"mutation: no run of {name} in {work} (tools/mutation.py run {name})")
         results[name] = collect(work)
+        if killed_in is not None and (killed_in / name / "mutants").is_dir():
+            # A run of only the earlier survivors: what the earlier tests killed, the same tests (still
+            # there, unchanged) kill again. Only a mutant of the same id, killed there, is carried over.
+            earlier = {m.id: m.status for m in collect(killed_in / name)}
+            for mutant in results[name]:
+                if mutant.status == "not checked" and earlier.get(mutant.id) in ("killed", "timeout"):
+                    mutant.status = earlier[mutant.id]
         if (work / "wall_s").exists():
             walls[name] = float((work / "wall_s").read_text())
     equivalent = load_equivalent()
@@ -404,9 +417,13 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--without", action="append", default=[], metavar="TEST_FILE",
                      help="leave this test file out of the copy (to measure the tests as they were before it)")
     run.add_argument("--out", type=Path, default=WORK, help="where report.md and report.json go")
+    run.add_argument("--survivors-of", type=Path, metavar="WORK",
+                     help="run only the mutants an earlier run (its --work folder) did not kill; the report "
+                          "counts the others as that run found them (tests were only added since)")
     rep = sub.add_parser("report", help="the report of the last run")
     rep.add_argument("modules", nargs="*")
     rep.add_argument("--out", type=Path, default=WORK)
+    rep.add_argument("--survivors-of", type=Path, metavar="WORK", help="as for run")
     chg = sub.add_parser("changed", help="the modules a change touches, one a line")
     chg.add_argument("base", nargs="?", default="origin/main")
     args = parser.parse_args(argv)
@@ -416,9 +433,12 @@ def main(argv: list[str] | None = None) -> int:
     names = _names(args.modules)
     if args.command == "run":
         for name in names:
-            wall = run_module(MODULES[name], args.max_children, tuple(args.without), args.work)
+            only = survivors(args.survivors_of / name) if args.survivors_of else None
+            if only == []:
+                raise SystemExit(f"mutation: {name}: the earlier run left no survivors to run again")
+            wall = run_module(MODULES[name], args.max_children, tuple(args.without), args.work, only)
             print(f"mutation: {name}: {wall:.0f} s", file=sys.stderr)
-    return report(names, args.out, args.work)
+    return report(names, args.out, args.work, args.survivors_of)
 
 
 if __name__ == "__main__":
