@@ -389,8 +389,11 @@ def report(names: list[str], out: Path, root: Path = WORK, killed_in: Path | Non
 
 def changed_modules(base: str) -> list[str]:
     """The modules whose source or tests a change touches (git diff against ``base``)."""
-    diff = subprocess.run(["git", "diff", "--name-only", base, "--"], cwd=REPO, capture_output=True, text=True,
-                          check=True).stdout.split()
+    found = subprocess.run(["git", "diff", "--name-only", base, "--"], cwd=REPO, capture_output=True, text=True,
+                           check=False)
+    if found.returncode != 0:
+        raise SystemExit(f"mutation: git diff against {base!r} failed: {found.stderr.strip()}")
+    diff = found.stdout.split()
     touched = []
     for module in MODULES.values():
         sources = [p for p in diff if any(Path(p).match(g) for g in module.paths)]
