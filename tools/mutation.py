@@ -316,11 +316,13 @@ def prepare(module: Module, max_children: int, without: tuple[str, ...] = (), ro
 
 
 def run_module(module: Module, max_children: int, without: tuple[str, ...] = (), root: Path = WORK,
-               only: list[str] | None = None) -> float:
+               only: list[str] | None = None, earlier: Path | None = None) -> float:
     mutmut = VENV / "bin" / "mutmut"
     if not mutmut.exists():
         raise SystemExit(f"{mutmut} is missing: make mutation-venv (requirements/mutation.txt)")
     work = prepare(module, max_children, without, root)
+    if only is not None and earlier is not None:
+        (work / "survivors_of").write_text(f"{earlier.resolve()}\n")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "MUTANT_UNDER_TEST")}
     env["PATH"] = f"{VENV / 'bin'}{os.pathsep}{env.get('PATH', '')}"
     log = work / "mutmut.log"
@@ -336,26 +338,34 @@ def run_module(module: Module, max_children: int, without: tuple[str, ...] = (),
     return wall
 
 
+def collect_carried(work: Path) -> list[Mutant]:
+    """:func:`collect`, and for a run of only an earlier run's survivors (``work/survivors_of`` names that
+    run's folder), the mutants it did not run as the earlier run (itself perhaps such a run) found them.
+    What the earlier tests killed, the same tests (still there, unchanged: tests were only added) kill again;
+    only a mutant of the same id is carried over."""
+    mutants = collect(work)
+    marker = work / "survivors_of"
+    if marker.exists():
+        earlier = {m.id: m.status for m in collect_carried(Path(marker.read_text().strip()))}
+        for mutant in mutants:
+            if mutant.status == "not checked" and earlier.get(mutant.id) in ("killed", "timeout"):
+                mutant.status = earlier[mutant.id]
+    return mutants
+
+
 def survivors(work: Path) -> list[str]:
     """mutmut's names of the mutants a run in ``work`` did not kill."""
-    return [m.key for m in collect(work) if m.status not in ("killed", "timeout")]
+    return [m.key for m in collect_carried(work) if m.status not in ("killed", "timeout")]
 
 
-def report(names: list[str], out: Path, root: Path = WORK, killed_in: Path | None = None) -> int:
+def report(names: list[str], out: Path, root: Path = WORK) -> int:
     results: dict[str, list[Mutant]] = {}
     walls: dict[str, float] = {}
     for name in names:
         work = root / name
         if not (work / "mutants").is_dir():
             raise SystemExit(f"mutation: no run of {name} in {work} (tools/mutation.py run {name})")
-        results[name] = collect(work)
-        if killed_in is not None and (killed_in / name / "mutants").is_dir():
-            # A run of only the earlier survivors: what the earlier tests killed, the same tests (still
-            # there, unchanged) kill again. Only a mutant of the same id, killed there, is carried over.
-            earlier = {m.id: m.status for m in collect(killed_in / name)}
-            for mutant in results[name]:
-                if mutant.status == "not checked" and earlier.get(mutant.id) in ("killed", "timeout"):
-                    mutant.status = earlier[mutant.id]
+        results[name] = collect_carried(work)
         if (work / "wall_s").exists():
             walls[name] = float((work / "wall_s").read_text())
     equivalent = load_equivalent()
@@ -426,7 +436,6 @@ def main(argv: list[str] | None = None) -> int:
     rep = sub.add_parser("report", help="the report of the last run")
     rep.add_argument("modules", nargs="*")
     rep.add_argument("--out", type=Path, default=WORK)
-    rep.add_argument("--survivors-of", type=Path, metavar="WORK", help="as for run")
     chg = sub.add_parser("changed", help="the modules a change touches, one a line")
     chg.add_argument("base", nargs="?", default="origin/main")
     args = parser.parse_args(argv)
@@ -439,9 +448,10 @@ def main(argv: list[str] | None = None) -> int:
             only = survivors(args.survivors_of / name) if args.survivors_of else None
             if only == []:
                 raise SystemExit(f"mutation: {name}: the earlier run left no survivors to run again")
-            wall = run_module(MODULES[name], args.max_children, tuple(args.without), args.work, only)
+            earlier = args.survivors_of / name if args.survivors_of else None
+            wall = run_module(MODULES[name], args.max_children, tuple(args.without), args.work, only, earlier)
             print(f"mutation: {name}: {wall:.0f} s", file=sys.stderr)
-    return report(names, args.out, args.work, args.survivors_of)
+    return report(names, args.out, args.work)
 
 
 if __name__ == "__main__":

@@ -618,3 +618,30 @@ def test_bytes_between_the_last_member_and_the_directory_are_refused() -> None:
     struct.pack_into("<I", spliced, end + 9 + 16, cd_offset + 9)
     with pytest.raises(UnsafeArchiveError, match="9 bytes between the last member and the central directory"):
         SafeZip(bytes(spliced), WIDE)
+
+
+def test_a_size_of_exactly_one_gib_is_shown_in_gib() -> None:
+    limits = replace(WIDE, max_file_bytes=1 << 30, max_total_bytes=1 << 40)
+    big = Member("opkiln/a.bin", b"", raw=b"", method=STORED, declared_size=(1 << 30) + 1)
+    with pytest.raises(UnsafeArchiveError, match=r"unpacks to 1\.0 GiB, more than the limit of 1\.0 GiB"):
+        SafeZip(build([big]), limits)
+
+
+def _with_disk_start_marker(central_extra: bytes) -> bytes:
+    """One member whose central entry says disk 0xFFFF: "the disk number is in the zip64 extra field"."""
+    data = bytearray(build([Member("opkiln/a.py", b"a = 1\n", central_extra=central_extra)]))
+    struct.pack_into("<H", data, data.index(b"PK\x01\x02") + 34, 0xFFFF)
+    return bytes(data)
+
+
+def test_a_zip64_disk_number_is_four_bytes() -> None:
+    """Only the disk number is at its maximum: the extra holds it alone, in 4 bytes (disk 0: readable)."""
+    with SafeZip(_with_disk_start_marker(extra_field(0x0001, struct.pack("<I", 0))), WIDE) as archive:
+        assert archive.read("opkiln/a.py") == b"a = 1\n"
+    with pytest.raises(UnsafeArchiveError, match="multi-disk"):
+        SafeZip(_with_disk_start_marker(extra_field(0x0001, struct.pack("<I", 3))), WIDE)
+
+
+def test_a_zip64_disk_number_missing_from_the_extra_is_refused() -> None:
+    with pytest.raises(UnsafeArchiveError, match="a zip64 size or offset is missing from its extra field"):
+        SafeZip(_with_disk_start_marker(b""), WIDE)
