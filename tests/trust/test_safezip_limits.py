@@ -645,3 +645,46 @@ def test_a_zip64_disk_number_is_four_bytes() -> None:
 def test_a_zip64_disk_number_missing_from_the_extra_is_refused() -> None:
     with pytest.raises(UnsafeArchiveError, match="a zip64 size or offset is missing from its extra field"):
         SafeZip(_with_disk_start_marker(b""), WIDE)
+
+
+@pytest.mark.parametrize("kind", ["signed", "bare"])
+def test_a_zip64_member_with_a_data_descriptor_has_8_byte_sizes_there(kind: str) -> None:
+    """With a zip64 extra in the local header, the descriptor's sizes are 8 bytes each."""
+    first, second = _random(CHUNK + 11, seed=9), b"b = 2\n"
+    data = build([Member("opkiln/a.bin", first, zip64=True, descriptor=kind), Member("opkiln/b.py", second)])
+    with SafeZip(data, WIDE) as archive:
+        assert archive.read("opkiln/a.bin") == first
+        assert archive.read("opkiln/b.py") == second
+    wrong = build([Member("opkiln/a.bin", first, zip64=True, descriptor=kind,
+                          descriptor_values=(zlib.crc32(first), len(deflate(first)), len(first) + 1))])
+    with pytest.raises(UnsafeArchiveError, match="its data descriptor and central entry disagree"):
+        SafeZip(wrong, WIDE)
+
+
+def test_local_flags_that_differ_are_refused_even_with_the_same_method() -> None:
+    member = Member("opkiln/x.py", b"x = 1\n", local_flags=0)
+    with pytest.raises(UnsafeArchiveError, match="local and central headers disagree on flags or method"):
+        SafeZip(build([member, Member("opkiln/y.py", b"y = 2\n")]), WIDE)
+
+
+def test_central_entry_comments_are_stepped_over() -> None:
+    members = [Member("opkiln/x.py", b"x = 1\n", central_comment=b"first comment"),
+               Member("opkiln/y.py", b"y = 2\n", central_comment=b"2nd")]
+    with SafeZip(build(members), WIDE) as archive:
+        assert archive.verify(frozenset({"opkiln/x.py", "opkiln/y.py"})) == {"opkiln/x.py": b"x = 1\n",
+                                                                            "opkiln/y.py": b"y = 2\n"}
+
+
+def test_a_folder_then_a_file_of_its_name_appear_twice() -> None:
+    """"x/" then "x": one path; said as a duplicate whichever comes first."""
+    data = build([Member("opkiln/x/", b"", method=STORED, mode=0o40755), Member("opkiln/x", b"1")])
+    with pytest.raises(UnsafeArchiveError, match="'opkiln/x' appears twice"):
+        SafeZip(data, WIDE)
+
+
+def test_a_one_byte_member_declaring_megabytes_is_a_bomb() -> None:
+    """The ratio divides by the compressed size, at least 1: one stored byte claiming 3 MiB at a limit of 2e6:1."""
+    member = Member("opkiln/a.bin", b"", raw=b"\x00", method=STORED, declared_size=3 << 20)
+    limits = replace(WIDE, max_compression_ratio=2e6, ratio_applies_above_bytes=1 << 20)
+    with pytest.raises(UnsafeArchiveError, match=r"unpacks 1 bytes to 3145728 \(ratio 3145728:1, limit 2000000:1\)"):
+        SafeZip(build([member]), limits)

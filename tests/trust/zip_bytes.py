@@ -34,6 +34,8 @@ class Member:
     zip64: bool = False  # both headers say 0xFFFFFFFF for the sizes; a zip64 extra field holds them
     descriptor: str | None = None  # "signed" or "bare": CRC and sizes in a data descriptor after the data (flag 8)
     descriptor_values: tuple[int, int, int] | None = None  # what the descriptor says (default: the truth)
+    local_flags: int | None = None  # the local header's flags (default: the central's)
+    central_comment: bytes = b""
     local_values: tuple[int, int, int] | None = None  # CRC and sizes of the local header (default: the truth;
     # with a descriptor: zeros)
 
@@ -70,14 +72,16 @@ def build(members: list[Member], comment: bytes = b"", zip64_end: bool = False,
             size = compressed = 0xFFFFFFFF
         offset = len(out)
         local = m.local_values or ((0, 0, 0) if m.descriptor else (crc, compressed, size))
-        out += LOCAL.pack(b"PK\x03\x04", 45 if m.zip64 else 20, flags, m.method, 0, 0x5C21, local[0], local[1],
+        local_flags = flags if m.local_flags is None else m.local_flags
+        out += LOCAL.pack(b"PK\x03\x04", 45 if m.zip64 else 20, local_flags, m.method, 0, 0x5C21, local[0], local[1],
                           local[2], len(name), len(local_extra)) + name + local_extra + raw
         if m.descriptor:
             values = m.descriptor_values or (crc, len(raw), len(m.data) if m.declared_size is None else m.declared_size)
-            out += (b"PK\x07\x08" if m.descriptor == "signed" else b"") + struct.pack("<III", *values)
+            out += (b"PK\x07\x08" if m.descriptor == "signed" else b"") + struct.pack("<IQQ" if m.zip64 else "<III",
+                                                                                       *values)
         central += CENTRAL.pack(b"PK\x01\x02", 0x0314, 45 if m.zip64 else 20, flags, m.method, 0, 0x5C21, crc,
-                                compressed, size, len(name), len(central_extra), 0, 0, 0, m.mode << 16,
-                                offset) + name + central_extra
+                                compressed, size, len(name), len(central_extra), len(m.central_comment), 0, 0,
+                                m.mode << 16, offset) + name + central_extra + m.central_comment
     count, cd_size, cd_offset = len(members), len(central), len(out)
     tail = b""
     if zip64_end:
