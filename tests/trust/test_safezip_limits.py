@@ -688,3 +688,9 @@ def test_a_one_byte_member_declaring_megabytes_is_a_bomb() -> None:
     limits = replace(WIDE, max_compression_ratio=2e6, ratio_applies_above_bytes=1 << 20)
     with pytest.raises(UnsafeArchiveError, match=r"unpacks 1 bytes to 3145728 \(ratio 3145728:1, limit 2000000:1\)"):
         SafeZip(build([member]), limits)
+
+
+def test_an_empty_part_before_a_last_part_of_x_is_refused() -> None:
+    """Only trailing slashes are stripped before the parts are checked ("opkiln//X" has an empty part)."""
+    with pytest.raises(UnsafeArchiveError, match="not in normal form"):
+        SafeZip(build([Member("opkiln//X", b"x")]), WIDE)
