@@ -138,3 +138,26 @@ container-repro: dev-venv
 
 compile-cost: dev-venv
 	$(KILN) cibuildwheel --base $(CONTAINER_BASE) --compile-cost --variant cu130 --out build/compile-cost
+
+# mutation: mutation testing of the gates (safezip, index identity/manifest/publish, audit checks) with
+# mutmut 3 in its own venv (requirements/mutation.txt); tools/mutation.py runs each module in a copy under
+# build/mutation/ and writes build/mutation/report.{md,json}, less data/mutation/equivalent.toml. It fails
+# under 95% killed per module, or when a listed equivalent mutant is gone or killed.
+# MUTATION_MODULES: some of safezip identity manifest publish audit-checks (default: all);
+# MUTATION_MODULES=changed: those a change touches (git diff against MUTATION_BASE, default origin/main).
+MUTATION_VENV := .venv-mutation
+MUTATION_MODULES ?=
+MUTATION_BASE ?= origin/main
+MUTATION_CHILDREN ?= 2
+.PHONY: mutation mutation-venv
+mutation-venv: $(MUTATION_VENV)/.installed
+
+$(MUTATION_VENV)/.installed: requirements/mutation.txt
+	$(PYTHON) -m venv $(MUTATION_VENV)
+	$(MUTATION_VENV)/bin/python -m pip install --quiet -r requirements/mutation.txt
+	touch $@
+
+mutation: mutation-venv
+	modules="$(if $(filter changed,$(MUTATION_MODULES)),$$($(MUTATION_VENV)/bin/python tools/mutation.py changed $(MUTATION_BASE)),$(MUTATION_MODULES))"; \
+	if [ "$(MUTATION_MODULES)" = changed ] && [ -z "$$modules" ]; then echo "mutation: the change touches no mutation-tested module"; exit 0; fi; \
+	$(MUTATION_VENV)/bin/python tools/mutation.py run --max-children $(MUTATION_CHILDREN) $$modules

@@ -58,6 +58,15 @@ def cpu_wheel() -> Path:
 
 
 @pytest.fixture(scope="session")
+def unrepaired_cpu_wheel(cpu_wheel: Path) -> Path:
+    """The CPU wheel as the build step writes it (linux_x86_64, before repair): cpu_wheel when that is one,
+    else built here, since dist/ holds repaired wheels after `make wheels` (as in CI)."""
+    if "manylinux" not in cpu_wheel.name:
+        return cpu_wheel
+    return build_test_wheel("cpu-unrepaired", Path(sys.executable), "cpu")
+
+
+@pytest.fixture(scope="session")
 def cuda_wheel() -> Path:
     """The torch 2.14 CUDA 13.0 wheel; skipped where no CUDA build venv exists."""
     return _find("opkiln-*+pt214cu130-*.whl") or build_test_wheel("cu130", _cu130_python(), "cu130")

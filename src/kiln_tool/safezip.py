@@ -72,14 +72,17 @@ class ArchiveLimits:
     ratio_applies_above_bytes: int
 
 
-@functools.cache
-def policy_limits() -> ArchiveLimits:
+def _read_policy_limits() -> ArchiveLimits:
     """The ``limits`` of data/audit_policy/common.json: the audit's own, read without importing the audit."""
     try:
         data = json.loads(LIMITS_FILE.read_text(encoding="utf-8"))["limits"]
         return ArchiveLimits(**{k: data[k] for k in ArchiveLimits.__dataclass_fields__})
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise UnsafeArchiveError(f"{LIMITS_FILE}: no usable archive limits ({exc!r})") from None
+
+
+# Cached by wrapping, not decorating: the logic stays an ordinary function that mutation testing mutates.
+policy_limits = functools.cache(_read_policy_limits)
 
 
 def _size(n: int) -> str:
@@ -90,7 +93,8 @@ def member_problem(info: zipfile.ZipInfo) -> str | None:
     """Why a member may not be in a wheel (its name or its kind), or None."""
     member = info.filename
     pure = PurePosixPath(member)
-    if not member or member.startswith("/") or ".." in pure.parts or "\\" in member or "\0" in member \
+    # zipfile cuts ``filename`` at a NUL ("a/\0x.so" reads as the folder "a/"): the name as stored is orig_filename.
+    if not member or member.startswith("/") or ".." in pure.parts or "\\" in member or "\0" in info.orig_filename \
             or (len(member) > 1 and member[1] == ":"):
         return f"member {member!r} would be installed outside site-packages"
     if any(unicodedata.category(c) in _BAD_CATEGORIES for c in member):

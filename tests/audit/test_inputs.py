@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
+import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
 import pytest
-from audit_corpus import PY_SUFFIX, Corpus, make_wheel, run_kiln
+from audit_corpus import KILN, PY_SUFFIX, Corpus, make_wheel, run_kiln
 
 from kiln_tool.audit import AuditInputError, AuditOptions, audit_paths
 
@@ -110,9 +113,27 @@ def test_unreadable_is_checked_before_any_work(corpus: Corpus, tmp_path: Path) -
     assert result.returncode == 2 and result.stdout == ""
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root reads every file")
+def _as_reader(*args: str) -> subprocess.CompletedProcess[str]:
+    """kiln in a child that file permissions bind: as root (CI), without the capabilities that let root read
+    any file (CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH dropped from the child's bounding set by setpriv)."""
+    command = [sys.executable, str(KILN), *args]
+    if os.geteuid() == 0:
+        setpriv = shutil.which("setpriv")
+        assert setpriv, "setpriv (util-linux) is missing: as root, this test needs it to drop capabilities"
+        command = [setpriv, "--bounding-set=-dac_override,-dac_read_search", "--", *command]
+    return subprocess.run(command, capture_output=True, text=True, timeout=300)
+
+
 def test_permission_denied(corpus: Corpus, tmp_path: Path) -> None:
+    """A file the auditing user may not read: exit 2 naming it, no traceback (root included: see _as_reader)."""
     locked = tmp_path / "liblocked.so"
     locked.write_bytes(corpus["libplain.so"].read_bytes())
     locked.chmod(0)
-    assert_input_error([str(locked)], "liblocked.so")
+    result = _as_reader("audit", str(locked))
+    assert result.returncode == 2, (result.returncode, result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr
+    assert "liblocked.so" in result.stderr and "ermission denied" in result.stderr, result.stderr
+    # The same child, the file readable: the refusal above was the permission, not the file.
+    locked.chmod(0o644)
+    readable = _as_reader("audit", str(locked))
+    assert readable.returncode != 2, readable.stderr

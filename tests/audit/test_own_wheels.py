@@ -9,7 +9,6 @@ import sys
 import zipfile
 from pathlib import Path
 
-import pytest
 from audit_corpus import run_kiln
 
 from kiln_tool.audit import CHECK_IDS, AuditOptions, audit_paths
@@ -61,15 +60,14 @@ def test_cuda_wheel_passes(cuda_wheel: Path, tmp_path: Path) -> None:
     assert len(library["cuda_manifest"]["sass"]) == len(archs)
 
 
-def test_unrepaired_wheel_is_held_to_the_policy(cpu_wheel: Path) -> None:
+def test_unrepaired_wheel_is_held_to_the_policy(unrepaired_cpu_wheel: Path) -> None:
     """A linux_x86_64 wheel claims no manylinux policy, so --policy applies: on a host newer than
     manylinux_2_28 only symbol-versions may fail (and says how to fix it)."""
-    if "manylinux" in cpu_wheel.name:
-        pytest.skip("the fixture wheel is already repaired")
-    report = audit_paths([cpu_wheel], AuditOptions(policy="manylinux_2_28"))
+    assert unrepaired_cpu_wheel.name.endswith("-linux_x86_64.whl"), unrepaired_cpu_wheel.name
+    report = audit_paths([unrepaired_cpu_wheel], AuditOptions(policy="manylinux_2_28"))
     failed = {c.id for _, _, c in report.failures()}
     assert failed <= {"symbol-versions"}
-    assert audit_paths([cpu_wheel], AuditOptions(policy="manylinux_2_39")).ok
+    assert audit_paths([unrepaired_cpu_wheel], AuditOptions(policy="manylinux_2_39")).ok
 
 
 def build_info_of(wheel: Path) -> dict[str, list[str]]:

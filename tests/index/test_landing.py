@@ -16,11 +16,17 @@ import pytest
 from index.helpers import Server, kiln_index
 from index.synthetic_wheels import make_wheel
 
-pytestmark = pytest.mark.slow
-
 REPO = Path(__file__).resolve().parents[2]
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
+_MISSING = [str(p) for p in (CHROMIUM, CHROMEDRIVER) if not p.exists()]
+
+# Checked before any fixture builds a site: without a browser the tests skip, saying what to install.
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(bool(_MISSING), reason=f"{' and '.join(_MISSING)} missing: apt-get install chromium "
+                       "chromium-driver (scripts/ci/system-deps.sh)"),
+]
 
 
 @pytest.fixture(scope="module")
@@ -51,9 +57,6 @@ def _driver(javascript: bool = True) -> Any:
     webdriver = pytest.importorskip("selenium.webdriver")
     from selenium.webdriver.chrome.service import Service
 
-    for path in (CHROMIUM, CHROMEDRIVER):
-        if not path.exists():
-            pytest.fail(f"{path} is missing: apt-get install chromium chromium-driver (scripts/ci/system-deps.sh)")
     options = webdriver.ChromeOptions()
     options.binary_location = str(CHROMIUM)
     profile = tempfile.mkdtemp(prefix="kiln-index-chromium-")

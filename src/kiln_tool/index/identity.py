@@ -32,10 +32,12 @@ class Identity:
         return _identity(filename)
 
 
-@functools.cache
-def _identity(filename: str) -> Identity:
+def _parse_identity(filename: str) -> Identity:
     name, version, _build, tags = check_wheel_name(filename)
     return Identity(canonicalize_name(name), version, frozenset(tags))
+
+
+_identity = functools.cache(_parse_identity)  # wrapped, not decorated: mutation testing mutates the function
 
 
 class Identities:

@@ -28,9 +28,11 @@ MANIFEST_SCHEMA = 1
 SCHEMA_FILE = "kiln-index.schema.json"
 
 
-@functools.cache
-def _combos(pairs: tuple[tuple[str, str], ...]) -> tuple[Combination, ...]:
+def _sorted_combos(pairs: tuple[tuple[str, str], ...]) -> tuple[Combination, ...]:
     return tuple(sorted({Combination(torch, cuda) for torch, cuda in pairs}, key=lambda c: c.sort_key))
+
+
+_combos = functools.cache(_sorted_combos)  # wrapped, not decorated: mutation testing mutates the function
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,116 @@
+"""tools/mutation.py's report: mutant ids that survive unrelated edits, statuses read from mutmut's files,
+equivalent mutants subtracted exactly, and a list of equivalents that cannot rot (no mutmut run needed)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _tool() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("kiln_mutation_tool", REPO / "tools" / "mutation.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+mutation = _tool()
+
+ORIG = '''def x_check__mutmut_orig(n):
+    total = n + 1  # type: ignore # mutmut generated
+    return total > 3  # type: ignore # mutmut generated
+'''
+
+
+def _fake_run(work: Path, mutants: dict[str, tuple[str, int | None]], extra_lines: int = 0) -> None:
+    """A finished mutmut run of one module, kiln_tool.demo: its mutated file and meta file."""
+    source = work / "mutants" / "src" / "kiln_tool" / "demo.py"
+    source.parent.mkdir(parents=True, exist_ok=True)
+    body = "\n" * extra_lines + ORIG
+    codes = {}
+    for number, (line, code) in mutants.items():
+        body += "\n\n" + ORIG.replace("__mutmut_orig", f"__mutmut_{number}").replace("return total > 3", line)
+        codes[f"kiln_tool.demo.x_check__mutmut_{number}"] = code
+    source.write_text(body)
+    meta = {"exit_code_by_key": codes, "durations_by_key": {}, "estimated_durations_by_key": {}}
+    (source.parent / "demo.py.meta").write_text(json.dumps(meta))
+
+
+def test_a_mutant_id_is_its_function_and_changed_text(tmp_path: Path) -> None:
+    _fake_run(tmp_path, {"1": ("return total >= 3", 1), "2": ("return total > 4", 0), "3": ("return total", None)})
+    found = {m.key.rpartition("_")[2]: m for m in mutation.collect(tmp_path)}
+    assert found["1"].id == "kiln_tool.demo:check: -return total > 3 => +return total >= 3"
+    assert [found[k].status for k in "123"] == ["killed", "survived", "not checked"]
+
+
+def test_an_id_survives_edits_above_and_a_renumbering(tmp_path: Path) -> None:
+    _fake_run(tmp_path / "a", {"1": ("return total > 4", 0)})
+    _fake_run(tmp_path / "b", {"7": ("return total > 4", 0)}, extra_lines=40)
+    (first,), (second,) = mutation.collect(tmp_path / "a"), mutation.collect(tmp_path / "b")
+    assert first.key != second.key and first.id == second.id
+
+
+@pytest.mark.parametrize(("code", "status"), [(1, "killed"), (0, "survived"), (33, "no tests"), (36, "timeout"),
+                                              (37, "killed"), (-11, "suspicious"), (None, "not checked")])
+def test_statuses_are_mutmuts(code: int | None, status: str) -> None:
+    assert mutation.status_of(code) == status
+
+
+def _mutants(*statuses: str) -> list[object]:
+    return [mutation.Mutant(f"kiln_tool.demo.x_f__mutmut_{i}", "kiln_tool.demo", "f", f"-a => +b{i}", s)
+            for i, s in enumerate(statuses)]
+
+
+def test_equivalent_mutants_are_subtracted_exactly() -> None:
+    mutants = _mutants("killed", "killed", "killed", "survived", "survived")
+    equivalent = {"kiln_tool.demo:f: -a => +b4": "does nothing"}
+    (report,), problems = mutation.build_reports({"demo": mutants}, equivalent)
+    assert problems == []
+    assert [m.id for m in report.equivalent] == ["kiln_tool.demo:f: -a => +b4"]
+    assert report.score == pytest.approx(3 / 4)
+
+
+def test_a_listed_mutant_that_is_gone_or_killed_fails_the_report() -> None:
+    mutants = _mutants("killed", "survived")
+    equivalent = {"kiln_tool.demo:f: -a => +b0": "killed now", "kiln_tool.demo:f: -gone => +x": "gone",
+                  "kiln_tool.other:g: -a => +b": "a module not run this time"}
+    (report,), problems = mutation.build_reports({"demo": mutants}, equivalent)
+    assert len(problems) == 2
+    assert any("tests kill it" in p and "+b0" in p for p in problems)
+    assert any("no such mutant" in p and "+x" in p for p in problems)
+    assert report.equivalent == [] and report.score == pytest.approx(1 / 2)
+
+
+def test_an_entry_without_a_reason_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "equivalent.toml"
+    path.write_text('[[mutant]]\nid = "kiln_tool.demo:f: -a => +b"\nreason = " "\n')
+    with pytest.raises(SystemExit, match="one-line reason"):
+        mutation.load_equivalent(path)
+    path.write_text('[[mutant]]\nid = "x"\nreason = "r"\n\n[[mutant]]\nid = "x"\nreason = "r"\n')
+    with pytest.raises(SystemExit, match="listed twice"):
+        mutation.load_equivalent(path)
+
+
+def test_the_committed_list_is_well_formed() -> None:
+    listed = mutation.load_equivalent()
+    for ident, reason in listed.items():
+        assert ident.partition(":")[0] in {"kiln_tool.safezip", "kiln_tool.index.identity", "kiln_tool.index.manifest",
+                                          "kiln_tool.index.publish"} or ident.startswith("kiln_tool.audit.checks.")
+        assert " => +" in ident and "\n" not in reason
+
+
+def test_a_survivors_run_carries_over_what_the_earlier_run_killed(tmp_path: Path) -> None:
+    _fake_run(tmp_path / "before", {"1": ("return total >= 3", 1), "2": ("return total > 4", 0)})
+    _fake_run(tmp_path / "after", {"1": ("return total >= 3", None), "2": ("return total > 4", 1)})
+    (tmp_path / "after" / "survivors_of").write_text(str(tmp_path / "before"))
+    assert [m.status for m in mutation.collect_carried(tmp_path / "after")] == ["killed", "killed"]
+    assert mutation.survivors(tmp_path / "before") == ["kiln_tool.demo.x_check__mutmut_2"]
