@@ -150,12 +150,8 @@ MUTATION_MODULES ?=
 MUTATION_BASE ?= origin/main
 MUTATION_CHILDREN ?= 2
 .PHONY: mutation mutation-venv
-mutation-venv: $(MUTATION_VENV)/.installed
-
-$(MUTATION_VENV)/.installed: requirements/mutation.txt
-	$(PYTHON) -m venv $(MUTATION_VENV)
-	$(MUTATION_VENV)/bin/python -m pip install --quiet -r requirements/mutation.txt
-	touch $@
+mutation-venv:
+	$(PYTHON) scripts/kiln venv $(MUTATION_VENV) --python $(PYTHON) -r requirements/mutation.txt
 
 mutation: mutation-venv
 	modules="$(if $(filter changed,$(MUTATION_MODULES)),$$($(MUTATION_VENV)/bin/python tools/mutation.py changed $(MUTATION_BASE)),$(MUTATION_MODULES))"; \
