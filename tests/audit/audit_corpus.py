@@ -196,9 +196,42 @@ def _build_corpus(root: Path) -> Path:
     return out
 
 
+def _toolchain_key() -> str:
+    """What the corpus is made of: this file (its sources and flags) and the compilers' versions."""
+    digest = hashlib.sha256(Path(__file__).read_bytes())
+    for tool in ("gcc", "g++", str(NVCC)):
+        found = subprocess.run([tool, "--version"], capture_output=True, text=True, check=False) \
+            if shutil.which(tool) else None
+        digest.update(f"{tool}\0{found.stdout if found else 'missing'}\0".encode())
+    return digest.hexdigest()[:16]
+
+
+def _cached_corpus(cache: Path) -> Path:
+    """The corpus built once into ``cache/KEY`` and reused while its sources and compilers are unchanged.
+
+    Only where OPKILN_AUDIT_CORPUS_CACHE names a folder: `make mutation` (each mutant is a new pytest run
+    that would otherwise build it again, tools/mutation.py). Built in place under a lock, complete only when
+    its marker is written; a half-built one (an interrupted run) is built again."""
+    import fcntl
+
+    cache.mkdir(parents=True, exist_ok=True)
+    root = cache / _toolchain_key()
+    with (cache / ".lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (root / "complete").exists():
+            shutil.rmtree(root, ignore_errors=True)
+            root.mkdir()
+            _build_corpus(root)
+            (root / "complete").write_text("")
+    return root / "lib"
+
+
 def build_corpus(tmp_path_factory: pytest.TempPathFactory) -> Corpus:
     if shutil.which("gcc") is None or shutil.which("g++") is None:
         pytest.skip("gcc/g++ are needed to build the audit corpus")
+    cache = os.environ.get("OPKILN_AUDIT_CORPUS_CACHE")
+    if cache:
+        return Corpus(_cached_corpus(Path(cache)))
     return Corpus(_build_corpus(tmp_path_factory.mktemp("audit-corpus")))
 
 

@@ -19,6 +19,18 @@ def kiln_index(*args: str | Path, timeout: float = 300) -> subprocess.CompletedP
                           timeout=timeout)
 
 
+def kiln_index_in_process(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    """`kiln index ...` through ``kiln_tool.cli.main`` in this process, as :func:`kiln_index` reports it.
+
+    The same code as the command (tests/trust/test_properties.py runs generated cases both ways and
+    compares), without a new interpreter per case, and where mutation testing sees which tests reach which
+    function (it cannot follow a subprocess)."""
+    from trust.kiln_runs import kiln
+
+    run = kiln("index", *args)
+    return subprocess.CompletedProcess(["kiln", "index", *map(str, args)], run.code, run.stdout, run.stderr)
+
+
 def tree(root: Path) -> dict[str, str]:
     """Every file under root (relative path -> sha256), for 'nothing changed' assertions."""
     if not root.exists():

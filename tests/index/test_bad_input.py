@@ -1,5 +1,8 @@
 """Bad input to `kiln index`: a clear error, exit 2, and nothing written (a new OUT is not created,
-an existing one is left byte for byte as it was)."""
+an existing one is left byte for byte as it was).
+
+The cases run `kiln index` in this process (index.helpers.kiln_index_in_process); one runs the command as a
+maintainer does (test_bad_input_leaves_an_existing_index_as_it_was)."""
 
 from __future__ import annotations
 
@@ -13,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from index.helpers import kiln_index, leftovers, tree
+from index.helpers import kiln_index, kiln_index_in_process, leftovers, tree
 from index.synthetic_wheels import make_wheel
 
 GOOD = "opkiln-0.1.0+pt213cpu-cp311-cp311-linux_x86_64.whl"
@@ -80,7 +83,7 @@ def test_bad_wheel_directory_is_refused_and_nothing_written(case: str, tmp_path:
     make_bad(dist)
     out = tmp_path / "site"
 
-    result = kiln_index(dist, out)
+    result = kiln_index_in_process(dist, out)
 
     assert result.returncode == 2, result.stdout + result.stderr
     assert message in result.stderr
@@ -113,7 +116,7 @@ def test_every_problem_is_listed_at_once(tmp_path: Path) -> None:
     dist.mkdir()
     (dist / "notes.txt").write_text("x")
     make_wheel(dist, metadata=False)
-    result = kiln_index(dist, tmp_path / "site")
+    result = kiln_index_in_process(dist, tmp_path / "site")
     assert result.returncode == 2
     assert "2 unusable file(s)" in result.stderr
     assert "notes.txt" in result.stderr and "METADATA" in result.stderr
@@ -137,18 +140,18 @@ def test_hidden_partial_files_are_skipped(tmp_path: Path) -> None:
 ])
 def test_bad_base_url(args: list[str], message: str, tmp_path: Path) -> None:
     make_wheel(tmp_path / "dist")
-    result = kiln_index(tmp_path / "dist", tmp_path / "site", *args)
+    result = kiln_index_in_process(tmp_path / "dist", tmp_path / "site", *args)
     assert result.returncode == 2
     assert message in result.stderr
     assert not (tmp_path / "site").exists()
 
 
 def test_missing_dist_and_empty_dist(tmp_path: Path) -> None:
-    result = kiln_index(tmp_path / "nope", tmp_path / "site")
+    result = kiln_index_in_process(tmp_path / "nope", tmp_path / "site")
     assert result.returncode == 2
     assert "no such directory" in result.stderr
     (tmp_path / "empty").mkdir()
-    result = kiln_index(tmp_path / "empty", tmp_path / "site")
+    result = kiln_index_in_process(tmp_path / "empty", tmp_path / "site")
     assert result.returncode == 2
     assert "nothing to publish" in result.stderr
     assert not (tmp_path / "site").exists()
@@ -159,14 +162,14 @@ def test_output_that_is_not_an_index_is_refused(tmp_path: Path) -> None:
     foreign = tmp_path / "site"
     foreign.mkdir()
     (foreign / "index.html").write_text("<p>someone else's site</p>")
-    result = kiln_index(tmp_path / "dist", foreign)
+    result = kiln_index_in_process(tmp_path / "dist", foreign)
     assert result.returncode == 2
     assert "not an index written by kiln" in result.stderr
     assert tree(foreign) == {"index.html": tree(foreign)["index.html"]}
 
     a_file = tmp_path / "file"
     a_file.write_text("x")
-    result = kiln_index(tmp_path / "dist", a_file)
+    result = kiln_index_in_process(tmp_path / "dist", a_file)
     assert result.returncode == 2
     assert "not a directory" in result.stderr
 
@@ -179,7 +182,7 @@ def test_damaged_index_is_refused(tmp_path: Path) -> None:
     make_wheel(tmp_path / "dist", version="0.2.0+pt213cpu")
 
     (out / "wheels" / GOOD).unlink()
-    result = kiln_index(tmp_path / "dist", out)
+    result = kiln_index_in_process(tmp_path / "dist", out)
     assert result.returncode == 2
     assert "damaged index" in result.stderr
 
@@ -187,14 +190,14 @@ def test_damaged_index_is_refused(tmp_path: Path) -> None:
     build_index(tmp_path / "dist0", out, audit=None)
     (out / "kiln-index.json").write_text("{not json")
     before = tree(out)
-    result = kiln_index(tmp_path / "dist", out)
+    result = kiln_index_in_process(tmp_path / "dist", out)
     assert result.returncode == 2
     assert "kiln-index.json" in result.stderr
     assert tree(out) == before
 
     manifest = {"schema": 1, "base_url": None, "wheels": [{"filename": "../../evil.whl"}]}
     (out / "kiln-index.json").write_text(json.dumps(manifest))
-    result = kiln_index(tmp_path / "dist", out)
+    result = kiln_index_in_process(tmp_path / "dist", out)
     assert result.returncode == 2
     assert "malformed entry" in result.stderr
 

@@ -114,3 +114,19 @@ def test_a_survivors_run_carries_over_what_the_earlier_run_killed(tmp_path: Path
     (tmp_path / "after" / "survivors_of").write_text(str(tmp_path / "before"))
     assert [m.status for m in mutation.collect_carried(tmp_path / "after")] == ["killed", "killed"]
     assert mutation.survivors(tmp_path / "before") == ["kiln_tool.demo.x_check__mutmut_2"]
+
+
+@pytest.mark.parametrize("name", sorted(mutation.MODULES))
+def test_each_module_names_sources_and_tests_that_exist(name: str) -> None:
+    """A selection that names a moved or never-written test file would measure less than it says."""
+    module = mutation.MODULES[name]
+    assert all(list(REPO.glob(pattern)) for pattern in module.paths), module.paths
+    files = [t.split("::")[0] for t in module.tests if t.startswith("tests/")]
+    assert files and all((REPO / f).exists() for f in files), [f for f in files if not (REPO / f).exists()]
+
+
+def test_a_selection_naming_a_missing_test_file_is_refused(tmp_path: Path) -> None:
+    broken = mutation.Module("demo", ("src/kiln_tool/safezip.py",), ("tests/trust/no_such_test.py",))
+    with pytest.raises(SystemExit, match=r"no such test file: tests/trust/no_such_test\.py"):
+        mutation.prepare(broken, 1, root=tmp_path)
+    assert not (tmp_path / "demo").exists()

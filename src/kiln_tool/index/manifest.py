@@ -161,7 +161,7 @@ def check_base_url(url: str) -> str:
         raise IndexInputError(f"--base-url {shown!r}: not an http(s) URL with a host")
     if "@" in parts.netloc:
         raise IndexInputError(f"--base-url {shown!r}: carries credentials, which the landing page would publish")
-    if not _BASE_URL.fullmatch(url) or "?" in url or "#" in url:
+    if not _BASE_URL.fullmatch(url):  # its characters leave out "?", "#", quotes, spaces and "@"
         raise IndexInputError(f"--base-url {shown!r}: must be a plain http(s) URL ending in '/' (ASCII letters, "
                               "digits and URL punctuation; no query, fragment, quotes, spaces or credentials)")
     return url
