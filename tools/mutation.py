@@ -56,7 +56,8 @@ _LEFT_OUT = ["--deselect", "tests/trust/test_kiln_wheel.py::test_real_kiln_wheel
              "--deselect", "tests/trust/test_kiln_wheel.py::test_a_malformed_elf_is_a_clear_refusal",
              "--deselect", "tests/trust/test_properties.py::test_real_subprocess_runs_keep_the_promises"]
 _TRUST = ["tests/trust", *_LEFT_OUT]
-_INDEX = ["tests/index/test_bad_input.py"]  # the others start from the real CPU wheel (a build)
+# The in-process index tests; the others start from the real CPU wheel (a build) or real servers.
+_INDEX = ["tests/index/test_bad_input.py", "tests/index/test_merge_commit.py", "tests/index/test_manifest_reading.py"]
 _AUDIT = ["tests/audit/test_checks.py", "tests/audit/test_rules.py", "tests/audit/test_report.py",
           "tests/audit/test_inputs.py", "tests/audit/test_cuda.py", "tests/audit/test_archs.py",
           "tests/audit/test_policy_target.py", "tests/audit/test_architectures.py", "tests/audit/test_resolution.py",
@@ -78,8 +79,7 @@ MODULES = {
                 "tests/trust/test_kiln_wheel.py", "tests/trust/test_properties.py::test_zip_structures", *_LEFT_OUT)),
         Module("identity", ("src/kiln_tool/index/identity.py",), (*_TRUST, "tests/index/test_identity_fields.py")),
         Module("manifest", ("src/kiln_tool/index/manifest.py",),
-               (*_TRUST, *_INDEX, "tests/index/test_identity_fields.py", "tests/index/test_manifest_entries.py",
-                "tests/index/test_manifest_reading.py")),
+               (*_TRUST, *_INDEX, "tests/index/test_identity_fields.py", "tests/index/test_manifest_entries.py")),
         Module("publish", ("src/kiln_tool/index/publish.py",), (*_TRUST, *_INDEX)),
         Module("audit-checks", ("src/kiln_tool/audit/checks/*.py",), tuple(_AUDIT)),
     )

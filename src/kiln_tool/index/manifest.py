@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -24,6 +25,7 @@ from .identity import Identities
 from .wheels import WheelInfo
 
 MANIFEST_NAME = "kiln-index.json"
+PENDING_MARKER = ".kiln-merge-pending"  # the journal of a merge into OUT that was cut short (index/publish.py)
 MANIFEST_SCHEMA = 1
 SCHEMA_FILE = "kiln-index.schema.json"
 
@@ -232,7 +234,9 @@ def load_manifest(out: Path) -> Manifest | None:
     if path.is_symlink() or (path.exists() and not path.is_file()):
         raise IndexInputError(f"{path}: not a regular file; refusing to merge")
     if not path.is_file():
-        if any(out.iterdir()):
+        # A first merge into an existing folder (a mount point) cut short before its manifest landed: kiln's
+        # own journal is there, and the run that reads it (index/publish.py _roll_forward) finishes the merge.
+        if any(out.iterdir()) and not os.path.lexists(out / PENDING_MARKER):
             raise IndexInputError(
                 f"{out} is not empty and has no {MANIFEST_NAME}: not an index written by kiln; "
                 "refusing to merge into it (choose an empty or new output directory)"

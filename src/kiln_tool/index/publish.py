@@ -43,6 +43,7 @@ from .locking import Staging, output_lock, remove_stale_staging
 from .manifest import (
     MANIFEST_NAME,
     MANIFEST_SCHEMA,
+    PENDING_MARKER,
     Manifest,
     PublishedWheel,
     check_base_url,
@@ -56,7 +57,6 @@ Auditor = Callable[[Path], tuple[bool, str]]
 """Audits one wheel: (passed, report text)."""
 
 AUDIT_POLICY = "manylinux_2_28"
-PENDING_MARKER = ".kiln-merge-pending"
 _CHUNK = 1 << 20
 
 
@@ -357,10 +357,10 @@ def _merge_in_place(tmp: Path, out: Path, new_wheels: list[str], pages: dict[str
         if os.path.lexists(target) and not os.path.isfile(target):
             raise IndexInputError(f"{target} is not a file; refusing to merge into a damaged index")
         try:
-            with open(target, encoding="utf-8") as fh:
-                if fh.read() == text:
+            with open(target, "rb") as fh:
+                if fh.read() == text.encode("utf-8"):
                     continue
-        except (OSError, UnicodeDecodeError):
+        except OSError:
             pass
         changed[rel] = (target, text)
     moves = []
@@ -383,7 +383,7 @@ def _merge_in_place(tmp: Path, out: Path, new_wheels: list[str], pages: dict[str
         _write_file(staged, text.encode("utf-8"))
         staged_pages.append((rel, staged, target))
     journal = os.path.join(tmp, ".journal")
-    _write_file(journal, (last[1] if last else pages[MANIFEST_NAME]).encode("utf-8"))
+    _write_file(journal, pages[MANIFEST_NAME].encode("utf-8"))  # the manifest this merge ends with
     made_dirs: list[str] = []
     try:
         for directory in sorted({os.path.dirname(t) for _s, t in moves}
