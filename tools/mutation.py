@@ -60,7 +60,7 @@ _TRUST = ["tests/trust", *_LEFT_OUT]
 _INDEX = ["tests/index/test_bad_input.py", "tests/index/test_merge_commit.py", "tests/index/test_manifest_reading.py"]
 _AUDIT = ["tests/audit/test_checks.py", "tests/audit/test_rules.py", "tests/audit/test_report.py",
           "tests/audit/test_inputs.py", "tests/audit/test_cuda.py", "tests/audit/test_archs.py",
-          "tests/audit/test_policy_target.py", "tests/audit/test_architectures.py", "tests/audit/test_resolution.py",
+          "tests/audit/test_policy_target.py", "tests/audit/test_resolution.py",
           "tests/audit/test_loading.py", "tests/audit/test_dwarf_paths.py", "tests/audit/test_output.py",
           "tests/audit/test_target_choice.py"]
 
