@@ -56,7 +56,6 @@ from .wheels import ParsedName, WheelInfo, check_wheel_name, file_sha256, inspec
 Auditor = Callable[[Path], tuple[bool, str]]
 """Audits one wheel: (passed, report text)."""
 
-AUDIT_POLICY = "manylinux_2_28"
 _CHUNK = 1 << 20
 
 
@@ -79,7 +78,9 @@ def kiln_audit(wheel: Path) -> tuple[bool, str]:
             "refusing to list unaudited wheels"
         ) from None
     try:
-        report = audit_paths([wheel], AuditOptions(torch_lib=None, cuda_archs=None, policy=AUDIT_POLICY))
+        # `kiln audit WHEEL` as a maintainer runs it: the target torch and arch list from the wheel's build
+        # info, the default manylinux policy for tags that claim none.
+        report = audit_paths([wheel], AuditOptions())
     except AuditInputError as exc:
         raise IndexInputError(f"{wheel.name}: the audit cannot read it: {exc}") from None
     except (ValueError, LookupError, ArithmeticError, struct.error, UnicodeError, AssertionError, TypeError) as exc:
