@@ -357,9 +357,43 @@ def collect_carried(work: Path) -> list[Mutant]:
     return mutants
 
 
-def survivors(work: Path) -> list[str]:
-    """mutmut's names of the mutants a run in ``work`` did not kill."""
-    return [m.key for m in collect_carried(work) if m.status not in ("killed", "timeout")]
+def function_texts(source: str) -> dict[str, str]:
+    """Each function and method of a module by mutmut's mangled name (``x_f``, ``xǁCǁm``), as its AST without
+    positions: an edit elsewhere in the file leaves it equal, any edit of its own code does not."""
+    found: dict[str, str] = {}
+    for node in ast.parse(source).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            found[f"x_{node.name}"] = ast.dump(node)
+        elif isinstance(node, ast.ClassDef):
+            for item in node.body:
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    found[f"x{SEPARATOR}{node.name}{SEPARATOR}{item.name}"] = ast.dump(item)
+    return found
+
+
+def changed_functions(earlier: Path, module: Module) -> list[str]:
+    """mutmut's names (``kiln_tool.index.publish.x_f``) of the functions of ``module`` whose code differs
+    between the copy an earlier run (its folder) mutated and the work tree now."""
+    changed: list[str] = []
+    for pattern in module.paths:
+        for path in sorted(REPO.glob(pattern)):
+            rel = path.relative_to(REPO)
+            dotted = ".".join(rel.relative_to("src").with_suffix("").parts)
+            before = earlier / rel
+            old = function_texts(before.read_text(encoding="utf-8")) if before.exists() else {}
+            new = function_texts(path.read_text(encoding="utf-8"))
+            changed += [f"{dotted}.{name}" for name, text in new.items() if old.get(name) != text]
+    return changed
+
+
+def survivors(work: Path, module: Module | None = None) -> list[str]:
+    """What a run of only an earlier run's (``work``) survivors must run: mutmut's names of the mutants that
+    run did not kill in functions unchanged since, and every mutant (a pattern) of each function changed since
+    (its mutants are numbered anew, so an earlier name may now be another mutant)."""
+    changed = changed_functions(work, module) if module is not None else []
+    kept = [m.key for m in collect_carried(work) if m.status not in ("killed", "timeout")
+            and m.key.partition("__mutmut_")[0] not in changed]
+    return kept + [f"{name}__mutmut_*" for name in changed]
 
 
 def report(names: list[str], out: Path, root: Path = WORK) -> int:
@@ -451,7 +485,7 @@ def main(argv: list[str] | None = None) -> int:
     names = _names(args.modules)
     if args.command == "run":
         for name in names:
-            only = survivors(args.survivors_of / name) if args.survivors_of else None
+            only = survivors(args.survivors_of / name, MODULES[name]) if args.survivors_of else None
             if only == []:
                 raise SystemExit(f"mutation: {name}: the earlier run left no survivors to run again")
             earlier = args.survivors_of / name if args.survivors_of else None

@@ -15,6 +15,7 @@ from index.synthetic_wheels import make_wheel
 from kiln_tool.audit import AuditInputError
 from kiln_tool.index import build_index
 from kiln_tool.index.errors import AuditRefusedError, IndexInputError
+from kiln_tool.index.manifest import MANIFEST_NAME
 from kiln_tool.index.publish import kiln_audit
 
 SO = "opkiln/_C.cpython-311-x86_64-linux-gnu.so"
@@ -99,3 +100,13 @@ def test_without_the_audit_nothing_is_listed_unaudited(tmp_path: Path, monkeypat
     with pytest.raises(IndexInputError, match=re.escape(refusal)):
         build_index(tmp_path / "dist", tmp_path / "site")
     assert not (tmp_path / "site").exists()
+
+
+def test_a_refused_run_removes_the_folders_it_made_for_the_site(tmp_path: Path) -> None:
+    make_wheel(tmp_path / "dist")
+    out = tmp_path / "new" / "parents" / "site"
+    with pytest.raises(AuditRefusedError):
+        build_index(tmp_path / "dist", out, audit=lambda _p: (False, "no"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dist"]
+    build_index(tmp_path / "dist", out, audit=lambda _p: (True, "yes"))
+    assert (out / MANIFEST_NAME).is_file()

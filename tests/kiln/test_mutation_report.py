@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import sys
+import textwrap
 from pathlib import Path
 from types import ModuleType
 
@@ -130,3 +131,26 @@ def test_a_selection_naming_a_missing_test_file_is_refused(tmp_path: Path) -> No
     with pytest.raises(SystemExit, match=r"no such test file: tests/trust/no_such_test\.py"):
         mutation.prepare(broken, 1, root=tmp_path)
     assert not (tmp_path / "demo").exists()
+
+
+def test_a_survivors_run_runs_every_mutant_of_a_function_changed_since(tmp_path: Path) -> None:
+    """mutmut numbers a function's mutants anew when its code changes: an earlier name may be another mutant
+    now, so a changed function is run whole; an unchanged one (edits above it, comments) only its survivors."""
+    old = textwrap.dedent("""\
+        import os
+
+        def f(n):
+            return n + 1
+
+        class C:
+            def m(self):
+                return 2
+
+        def g():
+            return 3
+        """)
+    new = old.replace("import os\n", "import os\n# a comment\n\n\n").replace("n + 1", "n + 2") \
+        .replace("return 3", "return 3  # same code")
+    assert mutation.function_texts(old).keys() == {"x_f", "xǁCǁm", "x_g"}
+    changed = {k for k, v in mutation.function_texts(new).items() if mutation.function_texts(old)[k] != v}
+    assert changed == {"x_f"}

@@ -243,9 +243,8 @@ def _accepted_by_next_run(manifest: Manifest, new: list[str]) -> None:
     is accepted by the next run."""
     doc = {"schema": MANIFEST_SCHEMA, "generator": "kiln index", "base_url": manifest.base_url,
            "wheels": [manifest.wheels[name].to_json() for name in new]}
-    text = json.dumps(doc, sort_keys=True)
     try:
-        again = parse_manifest(text.encode("utf-8"), MANIFEST_NAME)
+        again = parse_manifest(json.dumps(doc).encode("utf-8"), MANIFEST_NAME)
     except IndexInputError as exc:
         raise IndexInputError(f"refusing: the next run would refuse the site this run would write: {exc}") from None
     if any(again.wheels[name] != manifest.wheels[name] for name in new) or again.base_url != manifest.base_url:
