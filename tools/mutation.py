@@ -30,6 +30,7 @@ import ast
 import difflib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -134,8 +135,9 @@ def _collapse(lines: list[str]) -> str:
 
 
 def describe(orig: str, mutant: str) -> str:
-    """``-old => +new``: the lines a mutant changes (the def lines, which hold mutmut's names, left out)."""
-    a, b = orig.splitlines()[1:], mutant.splitlines()[1:]
+    """``-old => +new``: the lines a mutant changes (mutmut's names in the def lines left out: a default
+    argument's mutant changes the def line alone)."""
+    a, b = (re.sub(r"__mutmut_\w+\(", "(", text, count=1).splitlines() for text in (orig, mutant))
     removed: list[str] = []
     added: list[str] = []
     for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes():
