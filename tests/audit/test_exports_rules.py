@@ -100,3 +100,48 @@ def test_an_extension_module_without_its_init_and_with_extras_is_told_both_and_t
         "build with -fvisibility=hidden -fvisibility-inlines-hidden, declare the init with PyMODINIT_FUNC, and "
         "link with a version script exporting only PyInit__C (global: PyInit_...; local: *;) plus "
         "-Wl,--exclude-libs,ALL.")
+
+
+LOADED_FIX = ("keep the extern \"C\" API and hide the rest: -fvisibility=hidden with the API marked "
+              "__attribute__((visibility(\"default\"))), or a version script listing only it; -Wl,--exclude-libs,ALL "
+              "for static dependencies.")
+LIBRARY_FIX = ("hide them (-fvisibility=hidden, a version script, -Wl,--exclude-libs,ALL), or list the library's "
+               "public API in the policy's \"exports\" (data/audit_policy/common.json).")
+
+
+def test_each_kind_of_library_is_told_its_own_fix(tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    files = {"kilnapi/loader.py": LOADER, "kilnapi/libkilnapi.so": _exporting(tmp_path / "a", "libkilnapi.so", ["_Zx"]),
+             "kilnlib/libplain.so": _exporting(tmp_path, "libplain.so", ["k0"])}
+    wheel = make_wheel(tmp_path, files)
+    assert _exports(wheel, "kilnapi/libkilnapi.so").fix == LOADED_FIX
+    assert _exports(wheel, "kilnlib/libplain.so").fix == LIBRARY_FIX
+
+
+OP_LIBRARY = """
+namespace torch {
+struct Library;
+namespace detail {
+struct TorchLibraryInit { TorchLibraryInit(int kind, void (*fn)(Library&), const char* ns); };
+}  // namespace detail
+}  // namespace torch
+static void TORCH_LIBRARY_init_kilnops(torch::Library&) {}
+static const torch::detail::TorchLibraryInit TORCH_LIBRARY_static_init_kilnops(0, &TORCH_LIBRARY_init_kilnops,
+                                                                                 "kilnops");
+extern "C" __attribute__((visibility("default"))) int kiln_leak(int x) { return x; }
+"""
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is needed")
+def test_an_op_library_is_named_one_when_it_exports_too_much(tmp_path: Path) -> None:
+    """A library that registers torch operators at load time (torch.ops.load_library), even under an
+    extension module's name, is judged by the allowlist, not told to export PyInit_."""
+    (tmp_path / "ops.cpp").write_text(OP_LIBRARY)
+    subprocess.run(["g++", "-shared", "-o", "libops.so", "ops.cpp", *HARDENED], check=True, capture_output=True,
+                   cwd=tmp_path)
+    member = "kilnops/_ops.cpython-311-x86_64-linux-gnu.so"
+    check = _exports(make_wheel(tmp_path, {member: (tmp_path / "libops.so").read_bytes()}), member)
+    assert not check.ok
+    assert check.detail == (f"op library (torch.ops.load_library) {member} exports 1 symbol(s) no allowlist covers: "
+                            "kiln_leak. Exported symbols collide with other libraries loaded into the process.")
+    assert check.fix == LIBRARY_FIX
