@@ -388,10 +388,24 @@ def changed_functions(earlier: Path, module: Module) -> list[str]:
     return changed
 
 
+def _what_is_mutated(work: Path) -> object:
+    """The mutmut settings of a run in ``work`` that decide which mutants a source yields."""
+    section = tomllib.loads((work / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["mutmut"]
+    return section.get("do_not_mutate_patterns")
+
+
+def _what_is_mutated_now() -> object:
+    section = tomllib.loads(_mutmut_section(next(iter(MODULES.values())), 1))["tool"]["mutmut"]
+    return section.get("do_not_mutate_patterns")
+
+
 def survivors(work: Path, module: Module | None = None) -> list[str]:
     """What a run of only an earlier run's (``work``) survivors must run: mutmut's names of the mutants that
     run did not kill in functions unchanged since, and every mutant (a pattern) of each function changed since
     (its mutants are numbered anew, so an earlier name may now be another mutant)."""
+    if module is not None and _what_is_mutated(work) != _what_is_mutated_now():
+        # Other settings number every function's mutants anew: run them all.
+        return sorted({f"{name.rpartition('.')[0]}.*" for name in changed_functions(Path("/nonexistent"), module)})
     changed = changed_functions(work, module) if module is not None else []
     kept = [m.key for m in collect_carried(work) if m.status not in ("killed", "timeout")
             and m.key.partition("__mutmut_")[0] not in changed]
