@@ -97,11 +97,11 @@ def test_a_search_path_that_leaves_site_packages_is_refused_in_a_wheel(tmp_path:
 
 def test_a_right_search_path_is_shown_whole(tmp_path: Path) -> None:
     files = {"kilnlib/libok.so": _linked(tmp_path, "libok.so", "-Wl,--enable-new-dtags",
-                                         "-Wl,-rpath,$ORIGIN:${ORIGIN}/../torch/lib").read_bytes(),
+                                         "-Wl,-rpath,$ORIGIN:${ORIGIN}/../torch/lib:$ORIGIN/..").read_bytes(),
              "kilnlib/libnone.so": _linked(tmp_path, "libnone.so").read_bytes()}
     wheel = make_wheel(tmp_path, files)
     ok = _checks(wheel, "kilnlib/libok.so")["rpath"]
-    assert ok.ok and ok.detail == "search path: $ORIGIN:${ORIGIN}/../torch/lib"
+    assert ok.ok and ok.detail == "search path: $ORIGIN:${ORIGIN}/../torch/lib:$ORIGIN/.."  # .. is site-packages
     none = _checks(wheel, "kilnlib/libnone.so")["rpath"]
     assert none.ok and none.detail == "search path: none"
 
