@@ -644,8 +644,11 @@ def _check_stored(manifest: Manifest, storage: Storage | None, say: Callable[[st
         say(f"{len(entries)} listed wheel(s) live in storage; not checked by a run without --storage")
         return
     checked, elsewhere, places = check_listed(storage, entries)
-    say(f"checked {checked} stored wheel(s) against the storage's own listing of {', '.join(places)}"
-        + (f"; {elsewhere} stored elsewhere, not checked here" if elsewhere else ""))
+    said = [f"checked {checked} stored wheel(s) against the storage's own listing of {', '.join(places)}"] \
+        if checked else []
+    if elsewhere:
+        said.append(f"{elsewhere} stored elsewhere than {storage.where()}, not checked here")
+    say("; ".join(said))
 
 
 def _store(storage: Storage, wheels: list[WheelInfo], wheel_dir: Path,
