@@ -145,3 +145,22 @@ def test_an_op_library_is_named_one_when_it_exports_too_much(tmp_path: Path) -> 
     assert check.detail == (f"op library (torch.ops.load_library) {member} exports 1 symbol(s) no allowlist covers: "
                             "kiln_leak. Exported symbols collide with other libraries loaded into the process.")
     assert check.fix == LIBRARY_FIX
+
+
+@pytest.mark.parametrize("kind", [3, 4])  # STT_SECTION, STT_FILE
+def test_a_global_section_or_file_symbol_is_no_export(tmp_path: Path, kind: int) -> None:
+    """gABI makes them local; one a hand-made ELF declares global is still skipped by ld.so's lookup."""
+    from elftools.elf.elffile import ELFFile
+
+    lib = tmp_path / "libodd.so"
+    lib.write_bytes(_exporting(tmp_path, "libodd.so", ["k_kept", "k_odd"]))
+    with lib.open("rb") as fh:
+        dynsym = ELFFile(fh).get_section_by_name(".dynsym")
+        (index,) = [i for i, s in enumerate(dynsym.iter_symbols()) if s.name == "k_odd"]
+        at = dynsym["sh_offset"] + index * dynsym["sh_entsize"] + 4  # Elf64_Sym.st_info
+    data = bytearray(lib.read_bytes())
+    data[at] = (data[at] & 0xF0) | kind
+    lib.write_bytes(bytes(data))
+    check = _exports(make_wheel(tmp_path, {"kilnlib/libodd.so": lib.read_bytes()}), "kilnlib/libodd.so")
+    assert check.detail.startswith("library kilnlib/libodd.so exports 1 symbol(s) no allowlist covers: k_kept."), \
+        check.detail
