@@ -143,7 +143,8 @@ compile-cost: dev-venv
 # mutmut 3 in its own venv (requirements/mutation.txt); tools/mutation.py runs each module in a copy under
 # build/mutation/ and writes build/mutation/report.{md,json}, less data/mutation/equivalent.toml. It fails
 # under 95% killed per module, or when a listed equivalent mutant is gone or killed.
-# MUTATION_MODULES: some of safezip identity manifest publish audit-checks (default: all);
+# MUTATION_MODULES: some of safezip identity manifest publish audit-NAME (one audit check: abi build-paths cuda
+# exports hardening registration symbols wheel) or audit-checks (all eight); default: all;
 # MUTATION_MODULES=changed: those a change touches (git diff against MUTATION_BASE, default origin/main).
 MUTATION_VENV := .venv-mutation
 MUTATION_MODULES ?=
