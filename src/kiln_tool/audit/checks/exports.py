@@ -49,10 +49,10 @@ def check_exports(ctx: LibraryContext) -> CheckResult:
     patterns = tuple(allowed or ()) + ctx.artifact.extra_exports
     extra = [n for n in exported if not any(fnmatch.fnmatchcase(n, p) for p in patterns)]
     if ctx.loaded_by is not None:
-        # Loaded by name (ctypes, dlopen): its unmangled exports are the C API the loader calls; C++ names
-        # (mangled, _Z...) and reserved identifiers (__cudaRegisterLinkedBinary_*, __hip_cuid_*: the
-        # compiler's) are internals that leaked.
-        leaked = [n for n in extra if n.startswith(("_Z", "__")) or (len(n) > 1 and n[0] == "_" and n[1].isupper())]
+        # Loaded by name (ctypes, dlopen): its unmangled exports are the C API the loader calls; reserved
+        # identifiers (C11 7.1.3: "__" or "_" and a capital) are internals that leaked: C++ names (mangled,
+        # _Z...) and the compiler's own (__cudaRegisterLinkedBinary_*, __hip_cuid_*).
+        leaked = [n for n in extra if n.startswith("__") or (len(n) > 1 and n[0] == "_" and n[1].isupper())]
         c_api = [n for n in extra if n not in set(leaked)]
         api = f"its C API of {len(c_api)} symbol(s) ({_sample(c_api)}) is what the loader calls" if c_api \
             else "it exports no C API"
