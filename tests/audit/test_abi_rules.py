@@ -98,3 +98,22 @@ def test_a_library_of_the_target_abi_passes_and_says_which(corpus: Corpus) -> No
     check = _abi_check(corpus["libnewabi.so"], torch_lib=TORCH_LIB)
     assert check.ok
     assert re.fullmatch(r"torch symbols use _GLIBCXX_USE_CXX11_ABI=1 \(torch [^)]+'s libc10\.so\)", check.detail)
+
+
+def test_against_an_old_abi_torch_the_verdicts_turn_around(old_abi_library: Path, corpus: Corpus) -> None:
+    """torch built with _GLIBCXX_USE_CXX11_ABI=0 (the pre-2.7 pip wheels): old-ABI symbols pass, new ones fail."""
+    from types import SimpleNamespace
+
+    from kiln_tool.audit.elf import ElfLibrary
+
+    def check(path: Path) -> CheckResult:
+        ctx = SimpleNamespace(lib=ElfLibrary.open(path), member=path.name)
+        return abi.check_cxx11_abi(ctx, False, "an old torch")  # type: ignore[arg-type]
+
+    passed = check(old_abi_library)
+    assert passed.ok and passed.detail == "torch symbols use _GLIBCXX_USE_CXX11_ABI=0 (an old torch)"
+    failed = check(corpus["libnewabi.so"])
+    assert not failed.ok
+    assert failed.detail.startswith("libnewabi.so: 1 torch symbol(s) use _GLIBCXX_USE_CXX11_ABI=1 but the target "
+                                    "torch uses 0 (an old torch): _ZN3c109kiln_warnERKNSt7__cxx1112basic_string")
+    assert "-D_GLIBCXX_USE_CXX11_ABI=0 " in failed.fix
