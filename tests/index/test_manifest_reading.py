@@ -233,7 +233,7 @@ def test_a_stored_entry_that_does_not_hold_together_is_refused(doc: dict[str, An
     assert reason in str(caught.value)
 
 
-@pytest.mark.parametrize("folder", ["a/", "a/b/c/", ""])
+@pytest.mark.parametrize("folder", ["a/", "a/b/c/", "", "d" * 450 + "/"])  # the last: only the base is <= 500
 def test_a_stored_url_may_sit_at_any_depth(doc: dict[str, Any], folder: str) -> None:
     entry = _stored(doc["wheels"][0], url=None)
     entry.update(url=f"https://h.example/{folder}{entry['filename']}", stored_at="s3:bucket/" + entry["filename"])
