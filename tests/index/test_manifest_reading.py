@@ -272,3 +272,24 @@ def test_a_manifest_that_is_a_link_or_a_folder_is_refused(site: Path, tmp_path: 
     (dangling / MANIFEST_NAME).symlink_to(tmp_path / "nowhere.json")
     with pytest.raises(IndexInputError, match="not a regular file"):
         load_manifest(dangling)
+
+
+SHA = "0" * 64
+
+
+@pytest.mark.parametrize(("given", "length"), [({"sha256": SHA, "combos": []}, 200), ({"metadata_sha256": SHA}, 201)])
+def test_a_schema_message_of_200_characters_is_shown_whole_and_one_of_201_is_cut(given: dict[str, Any],
+                                                                                 length: int) -> None:
+    """The entries leave out fields so that the schema's message (which lists what is missing) is 200 and
+    201 characters long."""
+    import fastjsonschema
+
+    from kiln_tool.index.manifest import _validator
+
+    doc = _doc(wheels=[{"filename": "a.whl", **given}])
+    with pytest.raises(fastjsonschema.JsonSchemaValueException) as raw:
+        _validator()(doc)
+    whole = " ".join(str(raw.value.message).split())
+    assert len(whole) == length  # the case is what it says
+    problem = schema_problem(doc)
+    assert problem == "malformed entry for 'a.whl': " + (whole if length <= 200 else whole[:197] + "...")
