@@ -88,3 +88,29 @@ def test_a_damaged_fatbin_fails_both_checks(corpus: Corpus, tmp_path: Path) -> N
         assert check.detail.startswith(f"{lib}: malformed .nv_fatbin (")
         assert check.detail.endswith("); the CUDA runtime cannot load its kernels.")
         assert check.fix == "rebuild: the section was damaged after nvcc wrote it (a bad strip or objcopy step?)."
+
+
+@pytest.fixture(scope="module")
+def two_ptx(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """SASS sm_80, PTX compute_80 and compute_90."""
+    tmp = tmp_path_factory.mktemp("two-ptx")
+    (tmp / "kernel.cu").write_text(SOURCES["kernel.cu"])
+    subprocess.run([str(NVCC), "-shared", "-o", "libtwo_ptx.so", "kernel.cu", "-Xcompiler", "-fPIC",
+                    "-gencode", "arch=compute_80,code=[sm_80,compute_80]",
+                    "-gencode", "arch=compute_90,code=compute_90"],
+                   check=True, capture_output=True, cwd=tmp)
+    return tmp / "libtwo_ptx.so"
+
+
+def test_each_ptx_there_says_why_it_is_not_the_one_asked_for(two_ptx: Path) -> None:
+    _sass, ptx = _cuda(two_ptx, "8.6+PTX")
+    assert not ptx.ok
+    assert ptx.detail.startswith(
+        f"{two_ptx} lacks PTX compute_86 (asked by 8.6+PTX): compute_80 is older: it JITs on newer GPUs but cannot "
+        "use 8.6's instructions, so it is not the 8.6 PTX asked for; compute_90 is newer than 8.6: a 8.6 GPU cannot "
+        "JIT it. Requested "), ptx.detail
+
+
+def test_every_ptx_is_listed(two_ptx: Path) -> None:
+    assert _cuda(two_ptx, "8.0+PTX;9.0+PTX")[1].detail == "PTX for compute_80, compute_90"
+    assert _cuda(two_ptx, "8.0")[1].detail == "no PTX requested (no +PTX in --cuda-archs); found compute_80, compute_90"

@@ -278,12 +278,20 @@ def test_a_wheel_over_16_mib_is_published_as_the_bytes_it_was_hashed_from(tmp_pa
     """Large wheels are copied in chunks, hashed as written (index/publish.py _copy_hashed), not read whole."""
     import hashlib
     import random
+    import tracemalloc
 
     blob = random.Random(26).randbytes(17 << 20)  # incompressible: the wheel is over 16 MiB
     wheel = make_wheel(tmp_path / "dist", extra_files={"opkiln/blob.bin": blob})
     assert wheel.stat().st_size > 16 << 20
+    del blob
     out = tmp_path / "site"
-    build_index(tmp_path / "dist", out, audit=None)
+    tracemalloc.start()
+    try:
+        build_index(tmp_path / "dist", out, audit=None)
+        _current, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 << 20, f"peak {peak / 2**20:.1f} MiB: the 17 MiB wheel was held whole"
     published = out / "wheels" / wheel.name
     assert published.read_bytes() == wheel.read_bytes()
     assert published.stat().st_mode & 0o777 == 0o644

@@ -39,7 +39,8 @@ class MemoryStorage:
         return self.place
 
     def stored_at(self, name: str) -> str:
-        return self.place
+        # A release names the tag (each asset is there); a bucket names each object (index/storage.py).
+        return self.place if self.backend == "github-release" else f"{self.place}{name}"
 
     def url(self, name: str) -> str:
         return BASE + name.replace("+", "%2B")
@@ -57,7 +58,7 @@ class MemoryStorage:
         self.puts.append(name)
 
     def listing(self, stored_at: str) -> dict[str, Stored] | None:
-        if stored_at != self.place:
+        if not stored_at.startswith(self.place):
             return None
         return {name: found for name in self.objects if (found := self.stat(name)) is not None}
 
@@ -66,11 +67,12 @@ def _manifest(out: Path) -> dict[str, dict[str, object]]:
     return {w["filename"]: w for w in json.loads((out / MANIFEST_NAME).read_text())["wheels"]}
 
 
-@pytest.mark.parametrize("serves_metadata", [True, False])
-def test_new_wheels_are_uploaded_then_listed_by_url_and_the_site_keeps_no_copy(tmp_path: Path,
-                                                                             serves_metadata: bool) -> None:
+@pytest.mark.parametrize(("serves_metadata", "backend"), [(True, "github-release"), (False, "s3")])
+def test_new_wheels_are_uploaded_then_listed_by_url_and_the_site_keeps_no_copy(tmp_path: Path, serves_metadata: bool,
+                                                                             backend: str) -> None:
     wheel = make_wheel(tmp_path / "dist")
-    storage = MemoryStorage(serves_metadata=serves_metadata)
+    place = "github-release:opkiln/opkiln@v1" if backend == "github-release" else "s3:bucket/wheels/"
+    storage = MemoryStorage(serves_metadata=serves_metadata, backend=backend, place=place)
     said: list[str] = []
     out = tmp_path / "site"
     build_index(tmp_path / "dist", out, audit=None, storage=storage, log=said.append)
@@ -80,7 +82,8 @@ def test_new_wheels_are_uploaded_then_listed_by_url_and_the_site_keeps_no_copy(t
     assert storage.objects[FIRST] == wheel.read_bytes()
     entry = _manifest(out)[FIRST]
     assert (entry["url"], entry["stored_at"], entry["metadata_beside"]) == \
-        (BASE + FIRST.replace("+", "%2B"), storage.place, serves_metadata)
+        (BASE + FIRST.replace("+", "%2B"), storage.place + ("" if backend == "github-release" else FIRST),
+         serves_metadata)
     assert not (out / "wheels").exists()
     assert f'href="{BASE}{FIRST.replace("+", "%2B")}#sha256=' in (out / "cpu" / "torch2.13" / "index.html").read_text()
     digest = hashlib.sha256(wheel.read_bytes()).hexdigest()

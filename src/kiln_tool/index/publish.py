@@ -290,8 +290,9 @@ def _roll_forward(out: Path, manifest: Manifest, pending: Manifest, say: Callabl
 
 
 def _pages_of(changed: list[PublishedWheel], manifest: Manifest) -> set[str]:
-    """The pages a merge must re-render: those listing a new or re-combined wheel, and the site-wide ones."""
-    pages = {"index.html", MANIFEST_NAME, ".nojekyll"}
+    """The pages a merge must re-render: those listing a new or re-combined wheel (_render_site renders the
+    site-wide ones, index.html, the manifest and .nojekyll, on every run)."""
+    pages: set[str] = set()
     known_projects = {w.project for w in manifest.wheels.values()}
     for wheel in changed:
         for combo in wheel.combos:
