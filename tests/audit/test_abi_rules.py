@@ -42,6 +42,15 @@ def test_without_a_demangler_the_mangled_name_decides_alike(name: str, monkeypat
     assert abi.symbol_abi(name) == CASES[name]
 
 
+def test_the_demangler_reads_what_the_mangled_name_alone_cannot() -> None:
+    """c10::__cxx11::foo() is a namespace that happens to be called __cxx11, no std:: type of either ABI: the
+    demangled name says so; the mangled name alone (the fallback where there is no demangler) takes it for the
+    new ABI."""
+    if abi._demangler() is None:
+        pytest.skip("no C++ runtime demangler here")
+    assert abi.symbol_abi("_ZN3c107__cxx113fooEv") is None
+
+
 def test_the_demangler_reads_a_name_and_refuses_a_non_name() -> None:
     demangle = abi._demangler()
     if demangle is None:
@@ -58,11 +67,16 @@ def _abi_check(lib: Path, **options: object) -> CheckResult:
 
 @pytest.fixture(scope="module")
 def old_abi_library(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _old_abi(tmp_path_factory, 7)
+
+
+def _old_abi(tmp_path_factory: pytest.TempPathFactory, count: int) -> Path:
+    """A library of ``count`` c10:: functions taking a std::string, built with the old ABI."""
     if shutil.which("g++") is None:
         pytest.skip("g++ is needed")
     tmp = tmp_path_factory.mktemp("abi")
     functions = "".join(f'__attribute__((visibility("default"))) int kiln_f{i}(const std::string& s) '
-                        f"{{ return (int)s.size() + {i}; }}\n" for i in range(7))
+                        f"{{ return (int)s.size() + {i}; }}\n" for i in range(count))
     (tmp / "many.cpp").write_text("#include <string>\nnamespace c10 {\n" + functions + "}\n"
                                   'extern "C" __attribute__((visibility("default"))) int kiln_c(void) { return 0; }\n')
     subprocess.run(["g++", "-shared", "-fPIC", "-O1", "-D_GLIBCXX_USE_CXX11_ABI=0", "-o", "libmany.so", "many.cpp"],
@@ -114,6 +128,15 @@ def test_against_an_old_abi_torch_the_verdicts_turn_around(old_abi_library: Path
     assert passed.ok and passed.detail == "torch symbols use _GLIBCXX_USE_CXX11_ABI=0 (an old torch)"
     failed = check(corpus["libnewabi.so"])
     assert not failed.ok
-    assert failed.detail.startswith("libnewabi.so: 1 torch symbol(s) use _GLIBCXX_USE_CXX11_ABI=1 but the target "
-                                    "torch uses 0 (an old torch): _ZN3c109kiln_warnERKNSt7__cxx1112basic_string")
+    assert failed.detail == ("libnewabi.so: 1 torch symbol(s) use _GLIBCXX_USE_CXX11_ABI=1 but the target torch uses 0 "
+                             f"(an old torch): {NEW_STRING}. They will not resolve at import.")
     assert "-D_GLIBCXX_USE_CXX11_ABI=0 " in failed.fix
+
+
+def test_five_wrong_symbols_are_all_shown(tmp_path_factory: pytest.TempPathFactory) -> None:
+    if not (TORCH_LIB / "libc10.so").exists():
+        pytest.skip("no torch in this interpreter")
+    lib = _old_abi(tmp_path_factory, 5)
+    check = _abi_check(lib, torch_lib=TORCH_LIB)
+    shown = check.detail.split("): ", 1)[1].removesuffix(". They will not resolve at import.")
+    assert sorted(shown.split(", ")) == [f"_ZN3c107kiln_f{i}ERKSs" for i in range(5)], check.detail
