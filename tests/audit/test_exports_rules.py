@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from audit_corpus import HARDENED, make_wheel
+from audit_corpus import HARDENED, SOURCES, make_wheel
 
 from kiln_tool.audit import CheckResult, audit_paths
 
@@ -118,18 +118,9 @@ def test_each_kind_of_library_is_told_its_own_fix(tmp_path: Path) -> None:
     assert _exports(wheel, "kilnlib/libplain.so").fix == LIBRARY_FIX
 
 
-OP_LIBRARY = """
-namespace torch {
-struct Library;
-namespace detail {
-struct TorchLibraryInit { TorchLibraryInit(int kind, void (*fn)(Library&), const char* ns); };
-}  // namespace detail
-}  // namespace torch
-static void TORCH_LIBRARY_init_kilnops(torch::Library&) {}
-static const torch::detail::TorchLibraryInit TORCH_LIBRARY_static_init_kilnops(0, &TORCH_LIBRARY_init_kilnops,
-                                                                                 "kilnops");
-extern "C" __attribute__((visibility("default"))) int kiln_leak(int x) { return x; }
-"""
+# The corpus's TORCH_LIBRARY expansion (audit_corpus.SOURCES), and a C function it exports by mistake.
+OP_LIBRARY = SOURCES["register.cpp"] + \
+    'extern "C" __attribute__((visibility("default"))) int kiln_leak(int x) { return x; }\n'
 
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is needed")

@@ -34,26 +34,27 @@ def _linked(tmp: Path, name: str, *flags: str) -> Path:
     return tmp / name
 
 
-def test_text_relocations_are_named_with_their_cause_and_fix(corpus: Corpus) -> None:
-    lib = corpus["libtextrel.so"]
-    check = _checks(lib)["textrel"]
+@pytest.mark.parametrize(("library", "check_id", "detail", "fix", "right"), [
+    ("libtextrel.so", "textrel",
+     "has text relocations (DT_TEXTREL/DF_TEXTREL): some object in it was compiled without -fPIC, so the loader "
+     "must write to its code pages.",
+     "compile every object with -fPIC (CMake: POSITION_INDEPENDENT_CODE ON, also for static libraries linked in) "
+     "and link with -Wl,-z,text so the linker refuses text relocations.",
+     "no text relocations"),
+    ("libexecstack.so", "exec-stack",
+     "asks for an executable stack (PT_GNU_STACK flags RWX); loading it makes every thread's stack executable, and "
+     "hardened kernels refuse it.",
+     "link with -Wl,-z,noexecstack, and find the object without a .note.GNU-stack section (usually an assembly "
+     "file: add `.section .note.GNU-stack,\"\",@progbits`).",
+     "stack not executable"),
+])
+def test_each_link_defect_is_named_with_its_cause_and_fix(corpus: Corpus, library: str, check_id: str, detail: str,
+                                                          fix: str, right: str) -> None:
+    lib = corpus[library]
+    check = _checks(lib)[check_id]
     assert not check.ok
-    assert check.detail == (f"{lib} has text relocations (DT_TEXTREL/DF_TEXTREL): some object in it was compiled "
-                            "without -fPIC, so the loader must write to its code pages.")
-    assert check.fix == ("compile every object with -fPIC (CMake: POSITION_INDEPENDENT_CODE ON, also for static "
-                         "libraries linked in) and link with -Wl,-z,text so the linker refuses text relocations.")
-    assert _checks(corpus["libplain.so"])["textrel"].detail == "no text relocations"
-
-
-def test_an_executable_stack_is_named_with_its_cause_and_fix(corpus: Corpus) -> None:
-    lib = corpus["libexecstack.so"]
-    check = _checks(lib)["exec-stack"]
-    assert not check.ok
-    assert check.detail == (f"{lib} asks for an executable stack (PT_GNU_STACK flags RWX); loading it makes every "
-                            "thread's stack executable, and hardened kernels refuse it.")
-    assert check.fix == ("link with -Wl,-z,noexecstack, and find the object without a .note.GNU-stack section "
-                         "(usually an assembly file: add `.section .note.GNU-stack,\"\",@progbits`).")
-    assert _checks(corpus["libplain.so"])["exec-stack"].detail == "stack not executable"
+    assert (check.detail, check.fix) == (f"{lib} {detail}", fix)
+    assert _checks(corpus["libplain.so"])[check_id].detail == right
 
 
 def test_a_library_without_a_stack_header_gets_an_executable_stack(tmp_path: Path) -> None:
