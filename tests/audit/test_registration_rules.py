@@ -180,3 +180,45 @@ def test_a_wheel_with_each_namespace_once_names_them_with_their_library(corpus: 
     (tmp_path / "plain").mkdir()
     plain = make_wheel(tmp_path / "plain", {"kilntest/libplain.so": corpus["libplain.so"].read_bytes()})
     assert _wheel_check(plain) is None  # no namespace defined or listed: nothing to say
+
+
+STABLE = """
+extern "C" void aoti_torch_library_init_def(void (*fn)(void*), const char* ns);
+static void STABLE_TORCH_LIBRARY_init_kilnstable(void*) {}
+struct KilnInit { KilnInit() { aoti_torch_library_init_def(&STABLE_TORCH_LIBRARY_init_kilnstable, "kilnstable"); } };
+static KilnInit kiln_init;
+"""
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is needed")
+def test_a_stable_abi_namespace_defined_twice_is_found(tmp_path: Path) -> None:
+    data = _gxx(tmp_path, "libstable.so", STABLE).read_bytes()
+    wheel = make_wheel(tmp_path, {"kilnstable/liba.so": data, "kilnstable/libb.so": data})
+    check = _wheel_check(wheel)
+    assert check is not None and not check.ok
+    assert check.detail.startswith("namespace 'kilnstable' is defined (TORCH_LIBRARY) by 2 libraries: "
+                                   "kilnstable/liba.so, kilnstable/libb.so;"), check.detail
+
+
+@pytest.fixture
+def stripped(corpus: Corpus, tmp_path: Path) -> bytes:
+    """libregister.so without .symtab: its namespace is known from the build info and its schema string."""
+    lib = tmp_path / "libregister.so"
+    shutil.copy(corpus["libregister.so"], lib)
+    subprocess.run(["strip", "--strip-all", str(lib)], check=True)
+    return lib.read_bytes()
+
+
+@pytest.mark.parametrize(("ops", "detail"), [
+    (["kilntest::twice", "loose_op"], "namespaces: kilntest (kilntest/liba.so)"),  # loose_op names no namespace
+    (["kilntest::thrice"], "the build info lists ops of namespace 'kilntest' but no library in the wheel registers "
+                           "them."),  # no "thrice(" schema in the library
+    (None, None), ("kilntest::twice", None), ({"kilntest::twice": 1}, None),  # not a list: no ops listed
+])
+def test_a_stripped_library_is_judged_by_the_build_infos_ops(stripped: bytes, tmp_path: Path, ops: object,
+                                                             detail: str | None) -> None:
+    check = _wheel_check(make_wheel(tmp_path, {"kilntest/liba.so": stripped}, build_info={"ops": ops}))
+    if detail is None:
+        assert check is None
+    else:
+        assert check is not None and check.detail == detail

@@ -85,8 +85,8 @@ def defined_namespaces(ctx: LibraryContext) -> set[str]:
     namespaces = inits.get("TORCH_LIBRARY", set()) | inits.get("STABLE_TORCH_LIBRARY", set())
     if inits:
         return namespaces
-    info = ctx.artifact.build_info or {}
-    for op in info.get("ops", []) if isinstance(info.get("ops"), list) else []:
+    ops = (ctx.artifact.build_info or {}).get("ops")
+    for op in ops if isinstance(ops, list) else []:
         namespace, _, name = str(op).partition("::")
         if name and ctx.data.find(b"\0" + (name + "(").encode(), 0) != -1:
             namespaces.add(namespace)
