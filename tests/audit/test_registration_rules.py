@@ -30,6 +30,11 @@ def _in_namespace(identifier: str) -> str:
     return f"_ZN12_GLOBAL__N_1L{len(identifier)}{identifier}ERN5torch7LibraryE"
 
 
+def _nested(outer: str, identifier: str) -> str:
+    """A static function named ``identifier`` inside a namespace named ``outer``."""
+    return f"_ZN{len(outer)}{outer}L{len(identifier)}{identifier}ERN5torch7LibraryE"
+
+
 CASES: dict[str, tuple[str, str] | None] = {
     _file_scope("TORCH_LIBRARY_init_kilnops"): ("TORCH_LIBRARY", "kilnops"),
     f"_ZL{len('TORCH_LIBRARY_static_init_kilnops')}TORCH_LIBRARY_static_init_kilnops": ("TORCH_LIBRARY", "kilnops"),
@@ -41,6 +46,11 @@ CASES: dict[str, tuple[str, str] | None] = {
     _file_scope("TORCH_LIBRARY_init_kilnops") + ".cold": ("TORCH_LIBRARY", "kilnops"),
     _file_scope("TORCH_LIBRARY_init_kilnops") + ".constprop.0": ("TORCH_LIBRARY", "kilnops"),
     "TORCH_LIBRARY_init_kilnops": ("TORCH_LIBRARY", "kilnops"),  # a C-linkage build of the macro
+    "TORCH_LIBRARY_init_kilnops.cold": ("TORCH_LIBRARY", "kilnops"),
+    "TORCH_LIBRARY_init_kilnops.constprop.0": ("TORCH_LIBRARY", "kilnops"),
+    # The registration is the second identifier of the name: the first is read and passed over.
+    _nested("TORCH_LIBRARY_IMPL_kilnops_CPU", "TORCH_LIBRARY_init_kilnops"): ("TORCH_LIBRARY", "kilnops"),
+    _nested("TORCH_LIBRARY_FRAGMENT_init_x_y", "TORCH_LIBRARY_init_kilnops"): ("TORCH_LIBRARY", "kilnops"),
     # Not a namespace's registration:
     _file_scope("TORCH_LIBRARY_IMPL_init_kilnops_CPU_0"): None,
     _file_scope("TORCH_LIBRARY_FRAGMENT_init_kilnops_x1"): None,  # a fragment's uid is a number
@@ -222,3 +232,13 @@ def test_a_stripped_library_is_judged_by_the_build_infos_ops(stripped: bytes, tm
         assert check is None
     else:
         assert check is not None and check.detail == detail
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is needed")
+def test_a_wheel_without_build_info_names_each_namespace_it_defines(corpus: Corpus, tmp_path: Path) -> None:
+    stable = _gxx(tmp_path, "libstable.so", STABLE).read_bytes()
+    wheel = make_wheel(tmp_path, {"kilntest/libone.so": corpus["libregister.so"].read_bytes(),
+                                  "kilntest/libstable.so": stable})
+    check = _wheel_check(wheel)
+    assert check is not None and check.ok
+    assert check.detail == "namespaces: kilnstable (kilntest/libstable.so), kilntest (kilntest/libone.so)"

@@ -36,7 +36,7 @@ def parse_init_symbol(name: str) -> tuple[str, str] | None:
     """(macro, namespace) of a registration init function's or object's symbol, e.g.
     ('STABLE_TORCH_LIBRARY', 'torchaudio') for _ZL36STABLE_TORCH_LIBRARY_init_torchaudioRN5torch6stable...;
     None for anything else (TORCH_LIBRARY_IMPL blocks register kernels, not namespaces)."""
-    name = name.split(".", 1)[0]  # .cold / .constprop.0 clones
+    name = name.partition(".")[0]  # .cold / .constprop.0 clones
     for identifier in _identifiers(name):
         found = _INIT_IDENTIFIER.match(identifier)
         if found is None:
