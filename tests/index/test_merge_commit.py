@@ -111,6 +111,7 @@ def test_a_merge_renames_the_journal_first_then_wheels_then_pages_and_the_manife
     assert targets[1:1 + len(wheels)] == wheels and len(wheels) == 4  # two wheels and their .metadata
     assert targets[-1] == MANIFEST_NAME
     pages = targets[1 + len(wheels):-1]
+    assert len(pages) > 5  # so that a cut late in the merge shows five pages and ", ..."
     assert pages == sorted(pages) and "index.html" in pages and "simple/opkiln/index.html" in pages
     assert "cpu/torch2.13/index.html" in pages and "cu130/torch2.14/index.html" in pages
     assert "simple/index.html" not in pages  # the project was known: its root entry is as it was
@@ -153,9 +154,14 @@ def _expected_message(k: int, renames: list[tuple[str, str]]) -> tuple[str, str]
     total = len(renames) - 1
     moves = sum(1 for _s, t in renames if t.startswith("wheels/"))
     counts = f"after {done} of {total} rename(s): {min(done, moves) // 2} of {moves // 2} new wheel(s) are in place"
-    listed = done - moves
-    where = f"{listed} page(s) already list them (" if listed > 0 else "no page lists them yet"
-    return counts, where
+    listed = [t for _s, t in renames[1 + moves:k - 1]]  # pages renamed before the cut (the manifest is last)
+    if listed:
+        shown = ", ".join(listed[:5]) + (", ..." if len(listed) > 5 else "")
+        where = f"{len(listed)} page(s) already list them ({shown}): they are published, and their names keep " \
+                "these bytes"
+    else:
+        where = "no page lists them yet"
+    return counts, f"are in place, {where}. Every page still links only files that are in place;"
 
 
 def test_a_merge_cut_short_at_each_rename_says_how_far_it_got_and_the_next_run_finishes_it(

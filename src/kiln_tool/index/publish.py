@@ -71,7 +71,7 @@ class IndexResult:
 def kiln_audit(wheel: Path) -> tuple[bool, str]:
     """The real audit (`kiln audit`), imported only when a wheel needs it."""
     try:
-        from kiln_tool.audit import AuditInputError, AuditOptions, audit_paths
+        from kiln_tool.audit import AuditInputError, audit_paths
     except ImportError as exc:
         raise IndexInputError(
             f"cannot audit {wheel.name}: kiln's audit (kiln_tool.audit) is not importable ({exc}); "
@@ -80,7 +80,7 @@ def kiln_audit(wheel: Path) -> tuple[bool, str]:
     try:
         # `kiln audit WHEEL` as a maintainer runs it: the target torch and arch list from the wheel's build
         # info, the default manylinux policy for tags that claim none.
-        report = audit_paths([wheel], AuditOptions())
+        report = audit_paths([wheel])
     except AuditInputError as exc:
         raise IndexInputError(f"{wheel.name}: the audit cannot read it: {exc}") from None
     except (ValueError, LookupError, ArithmeticError, struct.error, UnicodeError, AssertionError, TypeError) as exc:
