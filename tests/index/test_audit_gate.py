@@ -110,3 +110,4 @@ def test_a_refused_run_removes_the_folders_it_made_for_the_site(tmp_path: Path) 
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dist"]
     build_index(tmp_path / "dist", out, audit=lambda _p: (True, "yes"))
     assert (out / MANIFEST_NAME).is_file()
+

@@ -293,3 +293,24 @@ def test_a_schema_message_of_200_characters_is_shown_whole_and_one_of_201_is_cut
     assert len(whole) == length  # the case is what it says
     problem = schema_problem(doc)
     assert problem == "malformed entry for 'a.whl': " + (whole if length <= 200 else whole[:197] + "...")
+
+
+def test_a_run_refuses_to_write_what_the_next_run_would_refuse(site: Path) -> None:
+    """index/publish.py _accepted_by_next_run: the entries a run adds, read back by the reader every later run
+    uses, before anything is written."""
+    from dataclasses import replace
+
+    from kiln_tool.index.publish import _accepted_by_next_run
+
+    manifest = load_manifest(site)
+    assert manifest is not None
+    name = sorted(manifest.wheels)[0]
+    _accepted_by_next_run(manifest, [name])  # as written: accepted
+    unreadable = Manifest(manifest.base_url, {**manifest.wheels, name: replace(manifest.wheels[name], size=-1)})
+    with pytest.raises(IndexInputError, match=re.escape("refusing: the next run would refuse the site this run "
+                                                        "would write: kiln-index.json: malformed entry for")):
+        _accepted_by_next_run(unreadable, [name])
+    combo = manifest.wheels[name].combos[0]
+    repeated = replace(manifest.wheels[name], combos=(combo, combo))  # read back once
+    with pytest.raises(IndexInputError, match="does not read back as written"):
+        _accepted_by_next_run(Manifest(manifest.base_url, {**manifest.wheels, name: repeated}), [name])

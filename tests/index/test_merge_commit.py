@@ -261,7 +261,8 @@ def test_the_first_merge_into_an_empty_folder_lists_the_project_in_the_simple_ro
     make_wheel(tmp_path / "dist")
     build_index(tmp_path / "dist", out, audit=None)
     assert 'href="opkiln/"' in (out / "simple" / "index.html").read_text()
-    assert (out / "simple" / "opkiln" / "index.html").is_file()
+    assert "<title>Links for opkiln</title>" in (out / "simple" / "opkiln" / "index.html").read_text()
+    assert "pip install opkiln -f " in (out / "index.html").read_text()
 
 
 def test_every_unusable_file_is_on_its_own_line(tmp_path: Path) -> None:
