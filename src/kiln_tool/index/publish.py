@@ -694,7 +694,7 @@ def _render_site(manifest: Manifest, pythons: list[str], catalog: TorchCatalog,
     for project, wheels in by_project.items():
         if wanted(f"{render.SIMPLE_DIR}/{project}/index.html"):
             pages[f"{render.SIMPLE_DIR}/{project}/index.html"] = render.simple_project(project, wheels)
-    # A site is one project's (index/wheels.py refuses another) and never empty (build_index refuses that).
+    # A site is one project's (kiln_wheel.check_name refuses another) and never empty (build_index refuses that).
     pages["index.html"] = render.landing_page(
         render.Site(project=min(by_project), base_url=manifest.base_url, combos=by_combo, pythons=pythons,
                     torch_pythons=dict(catalog.torch_pythons), torch_index=catalog.torch_index)
