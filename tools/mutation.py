@@ -59,7 +59,7 @@ _LEFT_OUT = ["--deselect", "tests/trust/test_kiln_wheel.py::test_real_kiln_wheel
 _TRUST = ["tests/trust", *_LEFT_OUT]
 # The in-process index tests; the others start from the real CPU wheel (a build) or real servers.
 _INDEX = ["tests/index/test_bad_input.py", "tests/index/test_merge_commit.py", "tests/index/test_manifest_reading.py",
-          "tests/index/test_audit_gate.py", "tests/index/test_storage_publish.py"]
+          "tests/index/test_audit_gate.py", "tests/index/test_storage_publish.py", "tests/index/test_site_writes.py"]
 _AUDIT = ["tests/audit/test_checks.py", "tests/audit/test_rules.py", "tests/audit/test_report.py",
           "tests/audit/test_inputs.py", "tests/audit/test_cuda.py", "tests/audit/test_archs.py",
           "tests/audit/test_policy_target.py", "tests/audit/test_resolution.py",
