@@ -70,3 +70,28 @@ def test_metadata_shared_by_several_wheels_is_written_once_and_linked(tmp_path: 
     assert a.read_bytes() == b.read_bytes() == b"Metadata-Version: 2.1\n"
     assert a.stat().st_ino == b.stat().st_ino and a.stat().st_nlink == 2
     assert c.stat().st_ino != a.stat().st_ino and c.read_bytes() == b"Metadata-Version: 2.4\n"
+
+
+def test_batches_are_written_in_order_so_a_link_never_precedes_its_file(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """One worker: the link to a METADATA first written in an earlier batch runs after that batch, however slow
+    the earlier batch is (with two workers the link would race it)."""
+    import time
+
+    from kiln_tool.index import publish
+
+    write_batch = publish._write_batch
+
+    def slow_first(batch: list[tuple[str, bytes | str]]) -> None:
+        if any(path.endswith("first.metadata") for path, _what in batch):
+            time.sleep(0.3)
+        write_batch(batch)
+
+    monkeypatch.setattr(publish, "_write_batch", slow_first)
+    writer = _Writer()
+    writer.write_shared(str(tmp_path / "first.metadata"), b"shared", "digest")
+    for i in range(_Writer.BATCH - 1):
+        writer.write(str(tmp_path / f"f{i}"), b"x")
+    writer.write_shared(str(tmp_path / "second.metadata"), b"shared", "digest")  # the second batch: a link
+    writer.finish()
+    assert (tmp_path / "second.metadata").read_bytes() == b"shared"
