@@ -305,3 +305,22 @@ def test_a_wheel_over_16_mib_is_published_as_the_bytes_it_was_hashed_from(tmp_pa
     (entry,) = json.loads((out / MANIFEST_NAME).read_text())["wheels"]
     assert entry["sha256"] == hashlib.sha256(wheel.read_bytes()).hexdigest()
     assert entry["size"] == wheel.stat().st_size
+
+
+def test_a_stray_file_under_a_new_wheels_name_is_never_written_over(tmp_path: Path) -> None:
+    """A file in wheels/ that kiln did not list (another tool, a run of an older kiln) under the name of a new
+    wheel: other bytes are a clash, nothing written; the very bytes are taken as that wheel."""
+    from kiln_tool.index.errors import IndexConflictError
+
+    out = _published(tmp_path)
+    new = make_wheel(tmp_path / "dist2", version="0.2.0+pt213cpu")
+    stray = out / "wheels" / new.name
+    stray.write_bytes(b"someone else's bytes")
+    before = tree(out)
+    with pytest.raises(IndexConflictError, match=re.escape(f"{new.name}: {stray} already holds other bytes")):
+        build_index(tmp_path / "dist2", out, audit=None)
+    assert tree(out) == before
+    stray.unlink()
+    shutil.copy(new, stray)
+    build_index(tmp_path / "dist2", out, audit=None)
+    assert _listed(out) == sorted([FIRST, new.name]) and stray.read_bytes() == new.read_bytes()
