@@ -324,3 +324,18 @@ def test_a_stray_file_under_a_new_wheels_name_is_never_written_over(tmp_path: Pa
     shutil.copy(new, stray)
     build_index(tmp_path / "dist2", out, audit=None)
     assert _listed(out) == sorted([FIRST, new.name]) and stray.read_bytes() == new.read_bytes()
+
+
+def test_a_second_name_of_one_distribution_is_served_by_the_first(tmp_path: Path) -> None:
+    """0.1.0.0 is 0.1.0 (PEP 440): a second name for a published or an incoming wheel is never a second copy,
+    and the wheels after it in DIST are still added."""
+    out = _published(tmp_path)
+    dist = tmp_path / "dist2"
+    second = make_wheel(dist, version="0.2.0+pt213cpu")
+    shutil.copy(tmp_path / "dist-first" / FIRST, dist / FIRST.replace("0.1.0+", "0.1.0.0+"))
+    shutil.copy(second, dist / second.name.replace("0.2.0+", "0.2.0.0+"))
+    result = build_index(dist, out, audit=None)
+    assert [w.filename for w in result.added] == [second.name]
+    assert result.unchanged == [f"{FIRST.replace('0.1.0+', '0.1.0.0+')} (as {FIRST})",
+                                f"{second.name.replace('0.2.0+', '0.2.0.0+')} (as {second.name})"]
+    assert _listed(out) == sorted([FIRST, second.name])
