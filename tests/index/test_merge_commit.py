@@ -23,6 +23,7 @@ import pytest
 
 from index.synthetic_wheels import make_wheel
 from kiln_tool.index import build_index
+from kiln_tool.index.errors import IndexInputError
 from kiln_tool.index.manifest import MANIFEST_NAME
 from kiln_tool.index.publish import PENDING_MARKER, MergeCutShortError
 from trust.kiln_runs import tree
@@ -339,3 +340,45 @@ def test_a_second_name_of_one_distribution_is_served_by_the_first(tmp_path: Path
     assert result.unchanged == [f"{FIRST.replace('0.1.0+', '0.1.0.0+')} (as {FIRST})",
                                 f"{second.name.replace('0.2.0+', '0.2.0.0+')} (as {second.name})"]
     assert _listed(out) == sorted([FIRST, second.name])
+
+
+def test_every_published_file_is_checked_before_a_merge_in_a_large_site_too(tmp_path: Path) -> None:
+    """Over 64 wheels the published files are checked on four threads: the same verdicts, every one listed."""
+    from kiln_tool.index.errors import IndexIntegrityError
+
+    dist = tmp_path / "dist"
+    for i in range(70):
+        make_wheel(dist, version=f"0.1.{i}+pt213cpu")
+    out = tmp_path / "site"
+    build_index(dist, out, audit=None)
+    names = sorted(p.name for p in dist.iterdir())
+    for name in (names[3], names[65]):  # same size, other bytes
+        target = out / "wheels" / name
+        data = bytearray(target.read_bytes())
+        data[-1] ^= 0xFF
+        target.write_bytes(bytes(data))
+    make_wheel(tmp_path / "dist2", version="0.2.0+pt213cpu")
+    with pytest.raises(IndexIntegrityError) as caught:
+        build_index(tmp_path / "dist2", out, audit=None)
+    altered = [line.strip() for line in str(caught.value).splitlines()[1:]]
+    assert [line.split(" (sha256 ")[0] for line in altered] == [str(out / "wheels" / names[3]),
+                                                                  str(out / "wheels" / names[65])]
+
+
+def test_a_missing_or_replaced_published_file_is_named_whole(tmp_path: Path) -> None:
+    from kiln_tool.index.errors import IndexIntegrityError
+
+    out = _published(tmp_path)
+    make_wheel(tmp_path / "dist2", version="0.2.0+pt213cpu")
+    wheel = out / "wheels" / FIRST
+    saved = wheel.read_bytes(), (out / "wheels" / f"{FIRST}.metadata").read_bytes()
+    wheel.unlink()
+    (out / "wheels" / f"{FIRST}.metadata").unlink()
+    with pytest.raises(IndexInputError) as caught:
+        build_index(tmp_path / "dist2", out, audit=None)
+    assert str(caught.value).splitlines()[1:] == [f"  {wheel} (missing)", f"  {wheel}.metadata (missing)"]
+    wheel.write_bytes(saved[0])
+    (out / "wheels" / f"{FIRST}.metadata").mkdir()  # a folder where the METADATA was
+    with pytest.raises(IndexIntegrityError, match=re.escape(f"{wheel}.metadata (not a regular file: a link or a "
+                                                            "folder, not the published file)")):
+        build_index(tmp_path / "dist2", out, audit=None)
