@@ -271,14 +271,22 @@ def test_every_unusable_file_is_on_its_own_line(tmp_path: Path) -> None:
 
     dist = tmp_path / "dist"
     dist.mkdir()
+    (dist / "a-folder").mkdir()  # first in DIST: the files after it are still judged
     (dist / "a.txt").write_text("x")
     (dist / "b.txt").write_text("y")
     with pytest.raises(IndexInputError) as caught:
         build_index(dist, tmp_path / "site", audit=None)
     lines = str(caught.value).splitlines()
-    assert lines[0] == f"2 unusable file(s) in {dist.resolve()}:"
-    assert len(lines) == 3, lines
-    assert lines[1].startswith("  'a.txt': not a wheel") and lines[2].startswith("  'b.txt': not a wheel"), lines
+    assert lines[0] == f"3 unusable file(s) in {dist.resolve()}:"
+    assert len(lines) == 4, lines
+    assert lines[1].startswith("  'a-folder': not a wheel file"), lines
+    assert lines[2].startswith("  'a.txt': not a wheel") and lines[3].startswith("  'b.txt': not a wheel"), lines
+
+
+def test_a_base_url_without_its_last_slash_is_given_one(tmp_path: Path) -> None:
+    make_wheel(tmp_path / "dist")
+    build_index(tmp_path / "dist", tmp_path / "site", "https://example.org/opkiln", audit=None)
+    assert json.loads((tmp_path / "site" / MANIFEST_NAME).read_text())["base_url"] == "https://example.org/opkiln/"
 
 
 
