@@ -390,3 +390,17 @@ def test_a_missing_or_replaced_published_file_is_named_whole(tmp_path: Path) -> 
     with pytest.raises(IndexIntegrityError, match=re.escape(f"{wheel}.metadata (not a regular file: a link or a "
                                                             "folder, not the published file)")):
         build_index(tmp_path / "dist2", out, audit=None)
+
+
+def test_the_staging_folder_of_a_run_that_died_is_removed_and_said(tmp_path: Path) -> None:
+    from kiln_tool.index.locking import Staging
+
+    out = _published(tmp_path)
+    dead = Staging.create(out, inside=True)
+    (dead.path / "half-written").write_bytes(b"x")
+    os.close(dead.fd)  # the run is gone: its lock with it
+    said: list[str] = []
+    make_wheel(tmp_path / "dist2", version="0.2.0+pt213cpu")
+    build_index(tmp_path / "dist2", out, audit=None, log=said.append)
+    assert f"removed {dead.path} (left by an interrupted run)" in said
+    assert not dead.path.exists()
