@@ -59,7 +59,8 @@ _LEFT_OUT = ["--deselect", "tests/trust/test_kiln_wheel.py::test_real_kiln_wheel
 _TRUST = ["tests/trust", *_LEFT_OUT]
 # The in-process index tests; the others start from the real CPU wheel (a build) or real servers.
 _INDEX = ["tests/index/test_bad_input.py", "tests/index/test_merge_commit.py", "tests/index/test_manifest_reading.py",
-          "tests/index/test_audit_gate.py", "tests/index/test_storage_publish.py", "tests/index/test_site_writes.py"]
+          "tests/index/test_audit_gate.py", "tests/index/test_storage_publish.py", "tests/index/test_site_writes.py",
+          "tests/index/test_identity_fields.py", "tests/index/test_manifest_entries.py"]
 _AUDIT = ["tests/audit/test_checks.py", "tests/audit/test_rules.py", "tests/audit/test_report.py",
           "tests/audit/test_inputs.py", "tests/audit/test_cuda.py", "tests/audit/test_archs.py",
           "tests/audit/test_policy_target.py", "tests/audit/test_resolution.py",
@@ -82,8 +83,7 @@ MODULES = {
                ("tests/trust/test_safezip.py", "tests/trust/test_safezip_limits.py", "tests/trust/test_hostile_zips.py",
                 "tests/trust/test_kiln_wheel.py", "tests/trust/test_properties.py::test_zip_structures", *_LEFT_OUT)),
         Module("identity", ("src/kiln_tool/index/identity.py",), (*_TRUST, "tests/index/test_identity_fields.py")),
-        Module("manifest", ("src/kiln_tool/index/manifest.py",),
-               (*_TRUST, *_INDEX, "tests/index/test_identity_fields.py", "tests/index/test_manifest_entries.py")),
+        Module("manifest", ("src/kiln_tool/index/manifest.py",), (*_TRUST, *_INDEX)),
         Module("publish", ("src/kiln_tool/index/publish.py",), (*_TRUST, *_INDEX)),
         # One module per audit check (a run of all of them takes hours here); "audit-checks" names them all.
         *(Module(f"audit-{check.replace('_', '-')}", (f"src/kiln_tool/audit/checks/{check}.py",), tuple(_AUDIT))

@@ -404,3 +404,13 @@ def test_the_staging_folder_of_a_run_that_died_is_removed_and_said(tmp_path: Pat
     build_index(tmp_path / "dist2", out, audit=None, log=said.append)
     assert f"removed {dead.path} (left by an interrupted run)" in said
     assert not dead.path.exists()
+
+
+def test_the_landing_page_offers_every_python_of_the_matrix(tmp_path: Path) -> None:
+    """data/matrix.json's Pythons, not only those the published wheels are for (the chooser says which have
+    wheels)."""
+    make_wheel(tmp_path / "dist")  # cp311 only
+    build_index(tmp_path / "dist", tmp_path / "site", audit=None)
+    page = (tmp_path / "site" / "index.html").read_text()
+    for python in json.loads((Path(__file__).resolve().parents[2] / "data" / "matrix.json").read_text())["python"]:
+        assert f'"{python}"' in page, python
