@@ -414,3 +414,18 @@ def test_the_landing_page_offers_every_python_of_the_matrix(tmp_path: Path) -> N
     page = (tmp_path / "site" / "index.html").read_text()
     for python in json.loads((Path(__file__).resolve().parents[2] / "data" / "matrix.json").read_text())["python"]:
         assert f'"{python}"' in page, python
+
+
+def test_render_all_writes_every_page_of_a_site_that_holds_only_its_manifest(tmp_path: Path) -> None:
+    """A release fetches the published manifest alone (index/fetch.py) and deploys the folder whole: every page
+    must be rendered, not only those of the new wheels."""
+    out = _published(tmp_path)
+    make_wheel(tmp_path / "dist-cu", version="0.1.0+pt214cu130", cuda_tag="cu130", torch_major_minor="2.14",
+               torch_requirement="torch<2.15,>=2.14")
+    build_index(tmp_path / "dist-cu", out, audit=None)
+    expected = {p for p in tree(out) if p.endswith(".html")}
+    for page in expected:
+        (out / page).unlink()
+    make_wheel(tmp_path / "dist2", version="0.2.0+pt213cpu")
+    build_index(tmp_path / "dist2", out, audit=None, render_all=True)
+    assert expected <= {p for p in tree(out) if p.endswith(".html")}
