@@ -111,3 +111,15 @@ def test_a_refused_run_removes_the_folders_it_made_for_the_site(tmp_path: Path) 
     build_index(tmp_path / "dist", out, audit=lambda _p: (True, "yes"))
     assert (out / MANIFEST_NAME).is_file()
 
+
+
+def test_a_refusal_stays_the_error_when_its_folders_cannot_be_removed(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    make_wheel(tmp_path / "dist")
+
+    def busy(self: Path) -> None:
+        raise OSError(16, "Device or resource busy", str(self))
+
+    monkeypatch.setattr(Path, "rmdir", busy)
+    with pytest.raises(AuditRefusedError):
+        build_index(tmp_path / "dist", tmp_path / "new" / "site", audit=lambda _p: (False, "no"))

@@ -429,3 +429,16 @@ def test_render_all_writes_every_page_of_a_site_that_holds_only_its_manifest(tmp
     make_wheel(tmp_path / "dist2", version="0.2.0+pt213cpu")
     build_index(tmp_path / "dist2", out, audit=None, render_all=True)
     assert expected <= {p for p in tree(out) if p.endswith(".html")}
+
+
+def test_the_landing_page_and_the_result_say_where_the_site_is(tmp_path: Path) -> None:
+    from kiln_tool.index.combos import TorchCatalog
+
+    out = tmp_path / "site"
+    make_wheel(tmp_path / "dist")
+    make_wheel(tmp_path / "dist", version="0.2.0+pt213cpu")
+    result = build_index(tmp_path / "dist", out, BASE, audit=None)
+    assert (result.out, result.total, len(result.added)) == (out.resolve(), 2, 2)
+    page = (out / "index.html").read_text()
+    assert f"pip install opkiln -f {BASE}cpu/torch2.13/" in page  # the absolute URL users copy
+    assert json.dumps(TorchCatalog.from_matrix().torch_index) in page  # where the chooser sends torch installs
