@@ -442,3 +442,16 @@ def test_the_landing_page_and_the_result_say_where_the_site_is(tmp_path: Path) -
     page = (out / "index.html").read_text()
     assert f"pip install opkiln -f {BASE}cpu/torch2.13/" in page  # the absolute URL users copy
     assert json.dumps(TorchCatalog.from_matrix().torch_index) in page  # where the chooser sends torch installs
+
+
+def test_every_bad_wheel_is_listed_whatever_comes_between(tmp_path: Path) -> None:
+    dist = tmp_path / "dist"
+    make_wheel(dist, version="0.1.0+pt213cpu", metadata=False)
+    make_wheel(dist, version="0.2.0+pt213cpu")  # good, but the run is refused already: not written
+    make_wheel(dist, version="0.3.0+pt213cpu", metadata=False)
+    with pytest.raises(IndexInputError) as caught:
+        build_index(dist, tmp_path / "site", audit=None)
+    lines = str(caught.value).splitlines()
+    assert lines[0].startswith("2 unusable file(s) in ")
+    assert "0.1.0" in lines[1] and "0.3.0" in lines[2], lines
+    assert not (tmp_path / "site").exists()
