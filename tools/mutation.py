@@ -375,18 +375,21 @@ def function_texts(source: str) -> dict[str, str]:
     return found
 
 
+def _sources(module: Module) -> list[tuple[Path, str]]:
+    """Each source file of ``module`` (relative to the repo) and its dotted module name."""
+    rels = [path.relative_to(REPO) for pattern in module.paths for path in sorted(REPO.glob(pattern))]
+    return [(rel, ".".join(rel.relative_to("src").with_suffix("").parts)) for rel in rels]
+
+
 def changed_functions(earlier: Path, module: Module) -> list[str]:
     """mutmut's names (``kiln_tool.index.publish.x_f``) of the functions of ``module`` whose code differs
     between the copy an earlier run (its folder) mutated and the work tree now."""
     changed: list[str] = []
-    for pattern in module.paths:
-        for path in sorted(REPO.glob(pattern)):
-            rel = path.relative_to(REPO)
-            dotted = ".".join(rel.relative_to("src").with_suffix("").parts)
-            before = earlier / rel
-            old = function_texts(before.read_text(encoding="utf-8")) if before.exists() else {}
-            new = function_texts(path.read_text(encoding="utf-8"))
-            changed += [f"{dotted}.{name}" for name, text in new.items() if old.get(name) != text]
+    for rel, dotted in _sources(module):
+        before = earlier / rel
+        old = function_texts(before.read_text(encoding="utf-8")) if before.exists() else {}
+        new = function_texts((REPO / rel).read_text(encoding="utf-8"))
+        changed += [f"{dotted}.{name}" for name, text in new.items() if old.get(name) != text]
     return changed
 
 
@@ -407,7 +410,7 @@ def survivors(work: Path, module: Module | None = None) -> list[str]:
     (its mutants are numbered anew, so an earlier name may now be another mutant)."""
     if module is not None and _what_is_mutated(work) != _what_is_mutated_now():
         # Other settings number every function's mutants anew: run them all.
-        return sorted({f"{name.rpartition('.')[0]}.*" for name in changed_functions(Path("/nonexistent"), module)})
+        return [f"{dotted}.*" for _rel, dotted in _sources(module)]
     changed = changed_functions(work, module) if module is not None else []
     kept = [m.key for m in collect_carried(work) if m.status not in ("killed", "timeout")
             and m.key.partition("__mutmut_")[0] not in changed]
