@@ -17,6 +17,9 @@ import posixpath
 import re
 from dataclasses import replace
 
+from elftools.common.exceptions import DWARFError
+from elftools.construct import ConstructError
+
 from .. import fatbin
 from ..context import LibraryContext
 from ..elf import CORRUPT_ELF_ERRORS, SCAN_OVERLAP, Buffer
@@ -28,6 +31,10 @@ _PATH_BYTES = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ01
 _ABSOLUTE_PATH = re.compile(rb"/[A-Za-z0-9._+~@-]+(?:/[A-Za-z0-9._+~@-]+)+")
 _CODE_SECTIONS = frozenset({".text", ".plt", ".plt.got", ".plt.sec", ".init", ".fini"})
 _MAX_SHOWN = 4
+# What pyelftools raises on DWARF it cannot parse: its own errors, its struct library's, a failed internal
+# assert, and Python's own when a length or form points somewhere nonsensical.
+_MALFORMED_DWARF = (*CORRUPT_ELF_ERRORS, DWARFError, ConstructError, AssertionError, ValueError, AttributeError,
+                    TypeError)
 
 
 def find_build_paths(data: Buffer, rule: BuildPathRule, pos: int = 0, endpos: int | None = None,
@@ -141,13 +148,16 @@ def _dwarf_paths(ctx: LibraryContext, rule: BuildPathRule, found: dict[str, dict
             kind = rule.classify(path)
             if kind is not None:
                 found[kind].setdefault(path, set()).add(".debug_info (DW_AT_comp_dir + DW_AT_name)")
-    except (*CORRUPT_ELF_ERRORS, ValueError, AttributeError, TypeError):
+    except _MALFORMED_DWARF:
         return "its debug info is malformed and was not read: only its strings were searched"
     return ""
 
 
 def _text(value: object) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+    """A DWARF string attribute's text; a name or directory of another form is malformed debug info."""
+    if not isinstance(value, bytes):
+        raise TypeError(f"a string attribute of form {type(value).__name__}")
+    return value.decode("utf-8", "replace")
 
 
 def _describe(paths: dict[str, set[str]]) -> str:
