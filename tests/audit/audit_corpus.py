@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from packaging.tags import parse_tag
 
 REPO = Path(__file__).resolve().parents[2]
 KILN = REPO / "scripts" / "kiln"
@@ -252,7 +253,9 @@ def make_wheel(out_dir: Path, files: dict[str, bytes], *, name: str = "kilntest"
     metadata = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n" + "".join(
         f"Requires-Dist: {r}\n" for r in requires)
     members[f"{dist}/METADATA"] = metadata.encode()
-    wheel_file = f"Wheel-Version: 1.0\nGenerator: kiln-tests\nRoot-Is-Purelib: false\nTag: {tag}\n"
+    # One Tag line per tag of a compressed tag set, as backends write them (PEP 491).
+    tags = "".join(f"Tag: {t}\n" for t in sorted(str(t) for t in parse_tag(tag)))
+    wheel_file = f"Wheel-Version: 1.0\nGenerator: kiln-tests\nRoot-Is-Purelib: false\n{tags}"
     members[f"{dist}/WHEEL"] = wheel_file.encode()
     lines = [*(record_line(n, d) for n, d in sorted(members.items())), f"{dist}/RECORD,,"]
     if record:
