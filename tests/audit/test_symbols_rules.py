@@ -1,0 +1,319 @@
+"""undefined-symbols and symbol-versions (audit/checks/symbols.py) rule by rule, on libraries built from tiny C
+sources with the real compiler and laid out in a wheel: which definition provides a versioned and an unversioned
+reference, what is said when a needed library or a symbol is missing, the counts per provider, the target
+torch's part, and symbol versions above the policy, with the words a maintainer reads."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from audit_corpus import HARDENED, make_wheel
+
+from kiln_tool.audit import AuditOptions, CheckResult, audit_paths
+
+pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc is needed")
+
+FIX = ("link every library whose symbols you use (and nothing else) with $ORIGIN-relative RUNPATHs; build against "
+       "exactly the torch the wheel pins (a symbol missing from it means another torch version's headers); pass "
+       "--torch-lib DIR to audit against another torch.")
+
+# kiln_v in two versions (KILN_1.0 hidden, KILN_2.0 the default), kiln_old only as a hidden KILN_1.0, kiln_plain
+# in KILN_2.0.
+PROVIDER = """
+__attribute__((visibility("default"))) int kiln_v1(void) { return 1; }
+__attribute__((visibility("default"))) int kiln_v2(void) { return 2; }
+__attribute__((visibility("default"))) int kiln_old1(void) { return 3; }
+__attribute__((visibility("default"))) int kiln_plain(void) { return 4; }
+__asm__(".symver kiln_v1, kiln_v@KILN_1.0");
+__asm__(".symver kiln_v2, kiln_v@@KILN_2.0");
+__asm__(".symver kiln_old1, kiln_old@KILN_1.0");
+"""
+PROVIDER_SCRIPT = "KILN_1.0 { local: *; };\nKILN_2.0 { global: kiln_plain; } KILN_1.0;\n"
+# What the consumers were linked against: kiln_v@@KILN_3.0 and an unversioned kiln_old.
+NEWER = """
+__attribute__((visibility("default"))) int kiln_v3(void) { return 5; }
+__attribute__((visibility("default"))) int kiln_plain(void) { return 4; }
+__attribute__((visibility("default"))) int kiln_old(void) { return 3; }
+__asm__(".symver kiln_v3, kiln_v@@KILN_3.0");
+"""
+NEWER_SCRIPT = "KILN_2.0 { global: kiln_plain; local: *; };\nKILN_3.0 { } KILN_2.0;\n"
+# No symbol versions at all: what the unversioned consumer was linked against.
+FLAT = """
+__attribute__((visibility("default"))) int kiln_old(void) { return 3; }
+__attribute__((visibility("default"))) int kiln_plain(void) { return 4; }
+"""
+
+
+def _so(tmp: Path, name: str, source: str, *flags: str, script: str | None = None, soname: str | None = None) -> Path:
+    tmp.mkdir(parents=True, exist_ok=True)
+    (tmp / f"{name}.c").write_text(source)
+    extra = [*flags]
+    if script is not None:
+        (tmp / f"{name}.map").write_text(script)
+        extra.append(f"-Wl,--version-script={name}.map")
+    if soname is not None:
+        extra.append(f"-Wl,-soname,{soname}")
+    subprocess.run(["gcc", "-shared", "-o", name, f"{name}.c", *HARDENED, *extra], check=True, capture_output=True,
+                   cwd=tmp)
+    return tmp / name
+
+
+def _uses(*calls: str) -> str:
+    declared = "".join(f"int {c}(void);\n" for c in calls)
+    return declared + '__attribute__((visibility("default"))) int kiln_use(void) { return 0' + "".join(
+        f" + {c}()" for c in calls) + "; }\n"
+
+
+def _audit(wheel: Path, member: str, options: AuditOptions | None = None) -> dict[str, CheckResult]:
+    (artifact,) = audit_paths([wheel], options or AuditOptions()).artifacts
+    (library,) = [lib for lib in artifact.libraries if lib.path == member]
+    return {c.finding or c.id: c for c in library.checks if c.id in ("undefined-symbols", "symbol-versions")}
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
+    tmp = tmp_path_factory.mktemp("symbols")
+    newer = _so(tmp / "newer", "libkprov.so", NEWER, script=NEWER_SCRIPT, soname="libkprov.so")
+    provider = _so(tmp / "old", "libkprov.so", PROVIDER, script=PROVIDER_SCRIPT, soname="libkprov.so")
+    flat = _so(tmp / "flat", "libkprov.so", FLAT, soname="libkprov.so")
+    link = [f"-L{newer.parent}", "-l:libkprov.so"]
+    return {
+        "provider": provider.read_bytes(),
+        "newer": newer.read_bytes(),
+        "versioned": _so(tmp, "libversioned.so", _uses("kiln_v", "kiln_plain"), *link).read_bytes(),
+        "flat": flat.read_bytes(),
+        "unversioned": _so(tmp, "libunversioned.so", _uses("kiln_old"), f"-L{flat.parent}",
+                           "-l:libkprov.so").read_bytes(),
+        "plain": _so(tmp, "libplainuse.so", _uses("kiln_plain"), *link).read_bytes(),
+    }
+
+
+def test_a_versioned_reference_needs_that_version(built: dict[str, bytes], tmp_path: Path) -> None:
+    right = make_wheel(tmp_path, {"kilntest/libkprov.so": built["newer"], "kilntest/libuse.so": built["versioned"]})
+    main = _audit(right, "kilntest/libuse.so")["undefined-symbols"]
+    assert main.ok
+    assert main.detail.startswith("2 undefined symbol(s) resolved (2 from libkprov.so); needed: libkprov.so from "
+                                  "kilntest/libkprov.so (in the wheel) (")
+    # The older library beside it has kiln_v, but not the KILN_3.0 the reference names.
+    (old := tmp_path / "old").mkdir()
+    wheel = make_wheel(old, {"kilntest/libkprov.so": built["provider"], "kilntest/libuse.so": built["versioned"]})
+    main = _audit(wheel, "kilntest/libuse.so")["undefined-symbols"]
+    assert not main.ok
+    assert main.detail == ("kilntest/libuse.so: 1 undefined symbol(s) no needed library provides: "
+                           "kiln_v@KILN_3.0.")
+    assert main.fix == FIX
+
+
+def test_an_unversioned_reference_is_not_bound_to_a_hidden_version(built: dict[str, bytes], tmp_path: Path) -> None:
+    right = make_wheel(tmp_path, {"kilntest/libkprov.so": built["flat"], "kilntest/libuse.so": built["unversioned"]})
+    assert _audit(right, "kilntest/libuse.so")["undefined-symbols"].ok
+    (old := tmp_path / "old").mkdir()
+    wheel = make_wheel(old, {"kilntest/libkprov.so": built["provider"], "kilntest/libuse.so": built["unversioned"]})
+    main = _audit(wheel, "kilntest/libuse.so")["undefined-symbols"]
+    assert main.detail == "kilntest/libuse.so: 1 undefined symbol(s) no needed library provides: kiln_old."
+
+
+def _flat(count: int) -> str:
+    return "".join(f'__attribute__((visibility("default"))) int kiln_m{i}(void) {{ return {i}; }}\n'
+                   for i in range(count))
+
+
+def _undefined_order(lib: bytes, names: list[str]) -> list[str]:
+    """The names in the order of the library's dynamic symbol table (the order the check meets them)."""
+    from kiln_tool.audit.elf import ElfLibrary
+
+    symbols = [s.name for s in ElfLibrary.from_bytes(lib, "x").dynamic_symbols if not s.defined]
+    return sorted(names, key=symbols.index)
+
+
+@pytest.mark.parametrize("count", [8, 10])
+def test_eight_missing_symbols_are_named_and_more_are_counted(tmp_path: Path, count: int) -> None:
+    names = [f"kiln_m{i}" for i in range(count)]
+    provider = _so(tmp_path / "full", "libkprov.so", _flat(count), soname="libkprov.so")
+    user = _so(tmp_path, "libuse.so", _uses(*names), f"-L{provider.parent}", "-l:libkprov.so").read_bytes()
+    empty = _so(tmp_path / "empty", "libkprov.so", _flat(0) + "int kiln_nothing;\n", soname="libkprov.so")
+    wheel = make_wheel(tmp_path, {"kilntest/libkprov.so": empty.read_bytes(), "kilntest/libuse.so": user})
+    main = _audit(wheel, "kilntest/libuse.so")["undefined-symbols"]
+    ordered = _undefined_order(user, names)
+    more = f" and {count - 8} more" if count > 8 else ""
+    assert main.detail == (f"kilntest/libuse.so: {count} undefined symbol(s) no needed library provides: "
+                           f"{', '.join(ordered[:8])}{more}.")
+
+
+def test_a_missing_library_is_named_with_the_symbols_left_to_it(built: dict[str, bytes], tmp_path: Path) -> None:
+    wheel = make_wheel(tmp_path, {"kilntest/libuse.so": built["versioned"]})
+    main = _audit(wheel, "kilntest/libuse.so")["undefined-symbols"]
+    ordered = _undefined_order(built["versioned"], ["kiln_v", "kiln_plain"])
+    shown = ", ".join(f"{n}@{'KILN_3.0' if n == 'kiln_v' else 'KILN_2.0'}" for n in ordered)
+    assert main.detail == ("kilntest/libuse.so: needed libraries not found in the installed layout: libkprov.so (2 "
+                           f"undefined symbol(s) that no library found provides are left to them: {shown}).")
+    assert main.fix == FIX
+
+
+def test_the_pass_counts_symbols_per_provider(tmp_path: Path) -> None:
+    a = _so(tmp_path / "a", "libka.so", _flat(2), soname="libka.so")
+    b = _so(tmp_path / "b", "libkb.so", "".join(f'__attribute__((visibility("default"))) int kiln_b{i}(void) '
+                                                 f"{{ return {i}; }}\n" for i in range(3)), soname="libkb.so")
+    c = _so(tmp_path / "c", "libkc.so", '__attribute__((visibility("default"))) int kiln_c0(void) { return 0; }\n',
+            soname="libkc.so")
+    user = _so(tmp_path, "libuse.so", _uses("kiln_m0", "kiln_m1", "kiln_b0", "kiln_b1", "kiln_b2", "kiln_c0"),
+               f"-L{a.parent}", f"-L{b.parent}", f"-L{c.parent}", "-l:libkc.so", "-l:libka.so", "-l:libkb.so",
+               "-nostdlib").read_bytes()
+    wheel = make_wheel(tmp_path, {"kilntest/libka.so": a.read_bytes(), "kilntest/libkb.so": b.read_bytes(),
+                                  "kilntest/libkc.so": c.read_bytes(), "kilntest/libuse.so": user})
+    main = _audit(wheel, "kilntest/libuse.so")["undefined-symbols"]
+    assert main.ok
+    # Most first, then by name.
+    assert main.detail.startswith("6 undefined symbol(s) resolved (3 from libkb.so, 2 from libka.so, 1 from libkc.so); "
+                                  "needed: ")
+    needed = main.detail.split("; needed: ", 1)[1]
+    assert needed.split("; ") == [f"{n} from kilntest/{n} (in the wheel) (RUNPATH $ORIGIN)"
+                                  for n in ("libkc.so", "libka.so", "libkb.so")]
+
+
+def test_a_library_that_needs_nothing_says_so(tmp_path: Path) -> None:
+    lib = _so(tmp_path, "libalone.so", "int kiln_alone;\n", "-nostdlib")
+    (artifact,) = audit_paths([lib]).artifacts
+    (library,) = artifact.libraries
+    (main,) = [c for c in library.checks if c.id == "undefined-symbols"]
+    assert main.detail == "no undefined symbols to resolve; needed: none"
+
+
+PRELOAD_FIX = ("add an $ORIGIN-relative RUNPATH to the directory of the needed library (CMake INSTALL_RPATH, patchelf "
+               "--set-rpath), so it loads in any order.")
+
+
+def test_a_library_found_only_after_the_package_loads_it_is_a_preload_warning(built: dict[str, bytes],
+                                                                              tmp_path: Path) -> None:
+    # libkprov.so sits in kilntest/sub/, where no RUNPATH of libuse.so looks.
+    wheel = make_wheel(tmp_path, {"kilntest/sub/libkprov.so": built["newer"], "kilntest/libuse.so": built["versioned"]})
+    results = _audit(wheel, "kilntest/libuse.so")
+    preload = results["preload"]
+    assert preload.is_warning
+    assert preload.detail.startswith("kilntest/libuse.so needs libkprov.so (kilntest/sub/libkprov.so (in the wheel); ")
+    assert preload.detail.endswith("): no RUNPATH/RPATH of it reaches the library, so ld.so finds it only if the "
+                                   "package has loaded it before (import order, ctypes.CDLL or torch.ops.load_library "
+                                   "of it first); loading this library on its own fails.")
+    assert preload.fix == PRELOAD_FIX
+    assert results["undefined-symbols"].ok  # its symbols are checked against the library it will find
+
+
+TORCH_USER = """
+namespace c10 { int kiln_absent(); }
+extern "C" __attribute__((visibility("default"))) int kiln_use() { return c10::kiln_absent(); }
+"""
+TARGET_FIX = ("audit where that torch is installed (--torch-lib DIR), or record it: `scripts/kiln torch-abi <torch "
+              "wheel>` (pip download --no-deps torch==X) and commit data/torch_abi/.")
+
+
+@pytest.fixture(scope="module")
+def torch_user(tmp_path_factory: pytest.TempPathFactory) -> bytes:
+    """A library that needs libc10.so (a stand-in linked here) for c10::kiln_absent(), which no real torch has."""
+    if shutil.which("g++") is None:
+        pytest.skip("g++ is needed")
+    tmp = tmp_path_factory.mktemp("torchuser")
+    (tmp / "c10.cpp").write_text('namespace c10 { __attribute__((visibility("default"))) int kiln_absent() '
+                                 "{ return 0; } }\n")
+    subprocess.run(["g++", "-shared", "-fPIC", "-o", "libc10.so", "c10.cpp"], check=True, capture_output=True,
+                   cwd=tmp)
+    (tmp / "user.cpp").write_text(TORCH_USER)
+    subprocess.run(["g++", "-shared", "-o", "libuse.so", "user.cpp", *HARDENED, f"-L{tmp}", "-lc10"], check=True,
+                   capture_output=True, cwd=tmp)
+    return (tmp / "libuse.so").read_bytes()
+
+
+def test_a_torch_symbol_missing_from_the_target_torch_names_that_torch(torch_user: bytes, tmp_path: Path) -> None:
+    wheel = make_wheel(tmp_path, {"kilntest/libuse.so": torch_user})
+    options = AuditOptions(torch_version="2.14.1+cu130")
+    (artifact,) = audit_paths([wheel], options).artifacts
+    torch = artifact.target["torch"]
+    assert torch.startswith("2.14.1+cu130 ")  # installed here (a venv of the matrix) or recorded
+    main = _audit(wheel, "kilntest/libuse.so", options)["undefined-symbols"]
+    assert main.detail == ("kilntest/libuse.so: 1 undefined symbol(s) no needed library provides: "
+                           f"_ZN3c1011kiln_absentEv. Target torch: {torch}.")
+
+
+def test_without_the_target_torch_its_symbols_are_not_checked_and_said_so(torch_user: bytes, tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    from kiln_tool.audit import target as target_module
+
+    monkeypatch.setattr(target_module, "candidate_lib_dirs", lambda: [])
+    wheel = make_wheel(tmp_path, {"kilntest/libuse.so": torch_user}, requires=("torch==9.8.0",))
+    (artifact,) = audit_paths([wheel]).artifacts
+    problem = artifact.target["torch"].removeprefix("not found: ")
+    assert problem != artifact.target["torch"]
+    results = _audit(wheel, "kilntest/libuse.so")
+    unknown = results["target-unknown"]
+    assert unknown.is_error
+    assert unknown.detail == (f"kilntest/libuse.so needs libc10.so of the target torch, which is neither installed "
+                              f"here nor recorded: {problem}. Its torch symbols, symbol versions and "
+                              "C++ ABI were not checked.")
+    assert unknown.fix == TARGET_FIX
+    assert results["undefined-symbols"].ok
+    assert results["undefined-symbols"].detail == ("non-torch libraries resolved; symbols not checked without the "
+                                                   "target torch")
+
+
+def test_without_the_target_torch_other_missing_libraries_are_still_named(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    from kiln_tool.audit import target as target_module
+
+    if shutil.which("g++") is None:
+        pytest.skip("g++ is needed")
+    monkeypatch.setattr(target_module, "candidate_lib_dirs", lambda: [])
+    for name in ("c10", "kgone"):
+        (tmp_path / f"{name}.c").write_text(f'__attribute__((visibility("default"))) int {name}_f(void) '
+                                            "{ return 0; }\n")
+        subprocess.run(["gcc", "-shared", "-fPIC", "-o", f"lib{name}.so", f"{name}.c"], check=True,
+                       capture_output=True, cwd=tmp_path)
+    user = _so(tmp_path, "libuse.so", _uses("c10_f", "kgone_f"), f"-L{tmp_path}", "-lc10", "-lkgone")
+    (out := tmp_path / "out").mkdir()
+    wheel = make_wheel(out, {"kilntest/libuse.so": user.read_bytes()}, requires=("torch==9.8.0",))
+    results = _audit(wheel, "kilntest/libuse.so")
+    assert "target-unknown" in results
+    main = results["undefined-symbols"]
+    assert main.detail == "kilntest/libuse.so: needed libraries not found in the installed layout: libkgone.so."
+    assert main.fix == "link every library whose symbols you use with $ORIGIN-relative RUNPATHs."
+
+
+def test_version_needs_of_a_library_not_needed(corpus_lib: Path) -> None:
+    (artifact,) = audit_paths([corpus_lib]).artifacts
+    (library,) = artifact.libraries
+    (main,) = [c for c in library.checks if c.id == "undefined-symbols"]
+    assert main.detail == (f"{corpus_lib}: version needs name libraries missing from DT_NEEDED: libdepv.so; 1 "
+                           "undefined symbol(s) no needed library provides: kiln_dep@KILN_1.0.")
+
+
+@pytest.fixture
+def corpus_lib(corpus: object) -> Path:
+    return corpus["libneedsver.so"]  # type: ignore[index, no-any-return]
+
+
+def test_symbol_versions_above_the_policy_name_each_version_and_its_users(tmp_path: Path) -> None:
+    # pthread_create@GLIBC_2.34 and pthread_join@GLIBC_2.34 (this glibc's), against manylinux_2_28's ceiling.
+    lib = _so(tmp_path, "libnew.so", "#include <pthread.h>\n"
+              "static void *run(void *a) { return a; }\n"
+              '__attribute__((visibility("default"))) int kiln_go(void) { pthread_t t; '
+              "pthread_create(&t, 0, run, 0); return pthread_join(t, 0); }\n", "-pthread")
+    (artifact,) = audit_paths([lib], AuditOptions(policy="manylinux_2_28")).artifacts
+    (library,) = artifact.libraries
+    (check,) = [c for c in library.checks if c.id == "symbol-versions"]
+    assert not check.ok
+    assert check.detail == (f"{lib} needs symbol versions newer than manylinux_2_28 allows "
+                            f"({_reason(artifact.target)}): GLIBC_2.34 from libc.so.6 (newest allowed GLIBC_2.28; used "
+                            "by pthread_create, pthread_join).")
+    assert check.fix == ("build in a manylinux_2_28 image (e.g. quay.io/pypa/manylinux_2_28_x86_64) with its own "
+                         "compiler, so the binary only needs what that glibc/libstdc++ provides; or tag the wheel for "
+                         "the newer platform with `kiln repair WHEEL -w DIR` (auditwheel repair with torch's libraries "
+                         "excluded and torch's floor kept; `kiln wheels` runs it).")
+    (artifact,) = audit_paths([lib], AuditOptions(policy="manylinux_2_34")).artifacts
+    (check,) = [c for c in artifact.libraries[0].checks if c.id == "symbol-versions"]
+    assert check.ok and check.detail == f"within manylinux_2_34 ({_reason(artifact.target)})"
+
+
+def _reason(target: dict[str, str]) -> str:
+    """Why the audit took its policy, from the report's target ("manylinux_2_28 (REASON)")."""
+    return target["policy"].split(" (", 1)[1].removesuffix(")")
