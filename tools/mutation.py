@@ -67,7 +67,8 @@ _AUDIT = ["tests/audit/test_checks.py", "tests/audit/test_rules.py", "tests/audi
           "tests/audit/test_loading.py", "tests/audit/test_dwarf_paths.py", "tests/audit/test_output.py",
           "tests/audit/test_target_choice.py", "tests/audit/test_exports_rules.py",
           "tests/audit/test_hardening_rules.py", "tests/audit/test_cuda_rules.py", "tests/audit/test_abi_rules.py",
-          "tests/audit/test_registration_rules.py"]
+          "tests/audit/test_registration_rules.py", "tests/audit/test_build_paths_rules.py",
+          "tests/audit/test_wheel_rules.py", "tests/audit/test_symbols_rules.py"]
 
 
 @dataclass(frozen=True)
