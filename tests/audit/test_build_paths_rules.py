@@ -146,9 +146,11 @@ def test_machine_code_is_not_searched(tmp_path: Path) -> None:
 
 
 def test_where_a_path_is_when_no_section_holds_it_or_the_section_has_no_name(tmp_path: Path) -> None:
-    lib = _build(tmp_path, "libwhere.so", _strings(SOURCE))
+    # Words before the path and after it in .rodata, so that a cut can end the section just where the path starts.
+    lib = _build(tmp_path, "libwhere.so", _strings("kiln words before", SOURCE, "kiln words after"))
     at = lib.read_bytes().index(SOURCE.encode())
     header, offset, size = _section(lib, ".rodata")
+    assert offset < at < offset + size - len(SOURCE)
     data = bytearray(lib.read_bytes())
     # .rodata cut to end where the path starts: the path is in no section.
     cut = tmp_path / "libcut.so"
@@ -163,7 +165,6 @@ def test_where_a_path_is_when_no_section_holds_it_or_the_section_has_no_name(tmp
     nameless.write_bytes(bytes(data))
     assert _one(nameless).detail == (f"{nameless} embeds 1 path(s) ('{SOURCE}' in ?) of the build machine's source or "
                                      "build tree.")
-    assert size > len(SOURCE)
 
 
 def test_a_path_across_a_window_edge_is_seen_once_and_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
