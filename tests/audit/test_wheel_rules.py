@@ -343,6 +343,19 @@ def test_a_pin_on_the_first_minor_has_no_older_abi_to_leak_to(tmp_path: Path) ->
         "torch requirement 'torch>=3.0' allows torch 3.1.0, whose C++ ABI differs from 3.0.1's (pin 3.0.*)"]
 
 
+def test_a_nightly_torch_is_within_a_pin_that_contains_it(tmp_path: Path) -> None:
+    # A pin that names no pre-release still holds the nightly it was built against (PEP 440 orders 2.14.0.dev
+    # between 2.13.99 and 2.15); prereleases are never excluded by default here.
+    wheel = make_wheel(tmp_path, FILES, requires=("torch>2.13.99,<2.15",),
+                       build_info={"torch_version": "2.14.0.dev20261101+cpu", "cuda": None})
+    assert _check(wheel, "wheel-tag").ok
+    (apart := tmp_path / "apart").mkdir()
+    wheel = make_wheel(apart, FILES, requires=("torch>=2.14.0,<2.15",),
+                       build_info={"torch_version": "2.14.0.dev20261101+cpu", "cuda": None})
+    assert _tag_problems(_check(wheel, "wheel-tag"), wheel) == [
+        "torch requirement 'torch>=2.14.0,<2.15' excludes torch 2.14.0.dev20261101, the build's torch"]
+
+
 STABLE = {"abi_mode": "stable", "torch_version": "2.13.0+cpu", "torch_min": "2.11", "cuda": None, "cuda_tag": "cpu"}
 
 
@@ -356,6 +369,8 @@ STABLE = {"abi_mode": "stable", "torch_version": "2.13.0+cpu", "torch_min": "2.1
      ["torch requirement 'torch>=1.0' allows torch older than the stable-ABI floor 2.0"]),
     (("torch>=2.0",), {**STABLE, "torch_min": "2.0"}, []),
     (("torch>=1.0",), {**STABLE, "torch_min": None}, []),
+    # A nightly floor is within a pin that names no pre-release.
+    (("torch>2.14.99",), {**STABLE, "torch_version": "2.15.0.dev20261101+cpu", "torch_min": "2.15.0.dev20261101"}, []),
 ])
 def test_a_stable_abi_pin_starts_at_its_floor(tmp_path: Path, requires: tuple[str, ...], info: dict[str, object],
                                              problems: list[str]) -> None:
