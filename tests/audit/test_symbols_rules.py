@@ -211,17 +211,21 @@ TARGET_FIX = ("audit where that torch is installed (--torch-lib DIR), or record 
 
 @pytest.fixture(scope="module")
 def torch_user(tmp_path_factory: pytest.TempPathFactory) -> bytes:
-    """A library that needs libc10.so (a stand-in linked here) for c10::kiln_absent(), which no real torch has."""
+    """A library that needs libc10.so and libtorch.so (stand-ins linked here), and c10::kiln_absent() from them,
+    which no real torch has."""
     if shutil.which("g++") is None:
         pytest.skip("g++ is needed")
     tmp = tmp_path_factory.mktemp("torchuser")
     (tmp / "c10.cpp").write_text('namespace c10 { __attribute__((visibility("default"))) int kiln_absent() '
                                  "{ return 0; } }\n")
-    subprocess.run(["g++", "-shared", "-fPIC", "-o", "libc10.so", "c10.cpp"], check=True, capture_output=True,
-                   cwd=tmp)
+    (tmp / "torch.cpp").write_text('namespace at { __attribute__((visibility("default"))) int kiln_at() '
+                                   "{ return 0; } }\n")
+    for name in ("c10", "torch"):
+        subprocess.run(["g++", "-shared", "-fPIC", "-o", f"lib{name}.so", f"{name}.cpp"], check=True,
+                       capture_output=True, cwd=tmp)
     (tmp / "user.cpp").write_text(TORCH_USER)
-    subprocess.run(["g++", "-shared", "-o", "libuse.so", "user.cpp", *HARDENED, f"-L{tmp}", "-lc10"], check=True,
-                   capture_output=True, cwd=tmp)
+    subprocess.run(["g++", "-shared", "-o", "libuse.so", "user.cpp", *HARDENED, f"-L{tmp}", "-Wl,--no-as-needed",
+                    "-lc10", "-ltorch"], check=True, capture_output=True, cwd=tmp)
     return (tmp / "libuse.so").read_bytes()
 
 
@@ -248,7 +252,7 @@ def test_without_the_target_torch_its_symbols_are_not_checked_and_said_so(torch_
     results = _audit(wheel, "kilntest/libuse.so")
     unknown = results["target-unknown"]
     assert unknown.is_error
-    assert unknown.detail == (f"kilntest/libuse.so needs libc10.so of the target torch, which is neither installed "
+    assert unknown.detail == (f"kilntest/libuse.so needs libc10.so, libtorch.so of the target torch, which is neither installed "
                               f"here nor recorded: {problem}. Its torch symbols, symbol versions and "
                               "C++ ABI were not checked.")
     assert unknown.fix == TARGET_FIX
@@ -317,3 +321,38 @@ def test_symbol_versions_above_the_policy_name_each_version_and_its_users(tmp_pa
 def _reason(target: dict[str, str]) -> str:
     """Why the audit took its policy, from the report's target ("manylinux_2_28 (REASON)")."""
     return target["policy"].split(" (", 1)[1].removesuffix(")")
+
+
+def _linkable(folder: Path, provider: bytes) -> None:
+    """The provider as libkprov.so in a folder to link against (-L)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "libkprov.so").write_bytes(provider)
+
+
+def test_each_needed_library_is_looked_for_after_a_missing_one(built: dict[str, bytes], tmp_path: Path) -> None:
+    gone = _so(tmp_path / "gone", "libkgone.so", '__attribute__((visibility("default"))) int kgone_f(void) '
+               "{ return 0; }\n", soname="libkgone.so")
+    # NEEDED: libkgone.so first, then libkprov.so (flat, beside it in the wheel).
+    _linkable(tmp_path / "flat", built["flat"])
+    user = _so(tmp_path, "libuse.so", _uses("kgone_f", "kiln_plain"), f"-L{gone.parent}",
+               f"-L{tmp_path / 'flat'}", "-Wl,--no-as-needed", "-l:libkgone.so", "-l:libkprov.so")
+    from kiln_tool.audit.elf import ElfLibrary
+
+    assert ElfLibrary.open(user).needed[:2] == ["libkgone.so", "libkprov.so"]
+    wheel = make_wheel(tmp_path, {"kilntest/libkprov.so": built["flat"], "kilntest/libuse.so": user.read_bytes()})
+    main = _audit(wheel, "kilntest/libuse.so")["undefined-symbols"]
+    assert main.detail == ("kilntest/libuse.so: needed libraries not found in the installed layout: libkgone.so (1 "
+                           "undefined symbol(s) that no library found provides are left to them: kgone_f).")
+
+
+def test_every_library_found_only_by_preload_is_named(built: dict[str, bytes], tmp_path: Path) -> None:
+    other = _so(tmp_path / "other", "libkoth.so", '__attribute__((visibility("default"))) int koth_f(void) '
+                "{ return 0; }\n", soname="libkoth.so")
+    _linkable(tmp_path / "flat", built["flat"])
+    user = _so(tmp_path, "libuse.so", _uses("koth_f", "kiln_plain"), f"-L{other.parent}",
+               f"-L{tmp_path / 'flat'}", "-Wl,--no-as-needed", "-l:libkoth.so", "-l:libkprov.so")
+    wheel = make_wheel(tmp_path, {"kilntest/sub/libkprov.so": built["flat"], "kilntest/sub/libkoth.so":
+                                  other.read_bytes(), "kilntest/libuse.so": user.read_bytes()})
+    preload = _audit(wheel, "kilntest/libuse.so")["preload"]
+    assert preload.detail.startswith("kilntest/libuse.so needs libkoth.so (kilntest/sub/libkoth.so (in the wheel); ")
+    assert "), libkprov.so (kilntest/sub/libkprov.so (in the wheel); " in preload.detail
