@@ -252,8 +252,8 @@ def test_without_the_target_torch_its_symbols_are_not_checked_and_said_so(torch_
     results = _audit(wheel, "kilntest/libuse.so")
     unknown = results["target-unknown"]
     assert unknown.is_error
-    assert unknown.detail == (f"kilntest/libuse.so needs libc10.so, libtorch.so of the target torch, which is neither installed "
-                              f"here nor recorded: {problem}. Its torch symbols, symbol versions and "
+    assert unknown.detail == ("kilntest/libuse.so needs libc10.so, libtorch.so of the target torch, which is "
+                              f"neither installed here nor recorded: {problem}. Its torch symbols, symbol versions and "
                               "C++ ABI were not checked.")
     assert unknown.fix == TARGET_FIX
     assert results["undefined-symbols"].ok
