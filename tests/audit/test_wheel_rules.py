@@ -490,3 +490,19 @@ def test_without_a_torch_the_floor_is_unknown_and_said_so(tmp_path: Path) -> Non
     (plain := tmp_path / "plain").mkdir()
     wheel = make_wheel(plain, FILES, tag="py3-none-linux_x86_64")
     assert not [c for c in _wheel_checks(wheel) if c.finding]
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc is needed")
+def test_a_variant_for_another_cuda_is_left_out_of_the_runtimes_compared(tmp_path: Path) -> None:
+    # libkilnops_cu12.so is for CUDA 12 torches and never loads beside a CUDA 13 one; libzz.so is no variant.
+    cu12 = _cudart_user(tmp_path / "cu12", 12)
+    cu13 = _cudart_user(tmp_path / "cu13", 13)
+    options = AuditOptions(torch_version="2.14.1+cu130")
+    variants = {"kilnops/libkilnops_cu12.so": cu12, "kilnops/libkilnops_cu13.so": cu13}
+    (only := tmp_path / "only").mkdir()
+    wheel = make_wheel(only, variants)
+    assert _check(wheel, "wheel-tag", options).ok
+    (beside := tmp_path / "beside").mkdir()
+    wheel = make_wheel(beside, {**variants, "kilnops/libzz.so": cu12})
+    assert _tag_problems(_check(wheel, "wheel-tag", options), wheel) == [
+        "the binaries need libcudart.so.12, libcudart.so.13 but torch 2.14.1+cu130 ships CUDA 13"]
