@@ -8,6 +8,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 from audit_corpus import HARDENED, make_wheel
@@ -283,17 +284,13 @@ def test_without_the_target_torch_other_missing_libraries_are_still_named(tmp_pa
     assert main.fix == "link every library whose symbols you use with $ORIGIN-relative RUNPATHs."
 
 
-def test_version_needs_of_a_library_not_needed(corpus_lib: Path) -> None:
+def test_version_needs_of_a_library_not_needed(corpus: Any) -> None:
+    corpus_lib = corpus["libneedsver.so"]
     (artifact,) = audit_paths([corpus_lib]).artifacts
     (library,) = artifact.libraries
     (main,) = [c for c in library.checks if c.id == "undefined-symbols"]
     assert main.detail == (f"{corpus_lib}: version needs name libraries missing from DT_NEEDED: libdepv.so; 1 "
                            "undefined symbol(s) no needed library provides: kiln_dep@KILN_1.0.")
-
-
-@pytest.fixture
-def corpus_lib(corpus: object) -> Path:
-    return corpus["libneedsver.so"]  # type: ignore[index, no-any-return]
 
 
 def test_symbol_versions_above_the_policy_name_each_version_and_its_users(tmp_path: Path) -> None:
@@ -356,3 +353,44 @@ def test_every_library_found_only_by_preload_is_named(built: dict[str, bytes], t
     preload = _audit(wheel, "kilntest/libuse.so")["preload"]
     assert preload.detail.startswith("kilntest/libuse.so needs libkoth.so (kilntest/sub/libkoth.so (in the wheel); ")
     assert "), libkprov.so (kilntest/sub/libkprov.so (in the wheel); " in preload.detail
+
+
+def test_a_symbol_only_a_library_of_a_library_provides_is_underlinked(corpus: Any) -> None:
+    lib = corpus["libunder.so"]
+    (artifact,) = audit_paths([lib]).artifacts
+    (main,) = [c for c in artifact.libraries[0].checks if c.id == "undefined-symbols"]
+    assert main.detail == (f"{lib}: 1 symbol(s) come from libraries the library does not name in DT_NEEDED "
+                           "(underlinked; it breaks when they are not loaded first): kiln_dep (only in libdep.so, "
+                           "which a needed library pulls in).")
+    assert main.fix == FIX
+
+
+VARIANT_FIX = ("nothing, if the package loads only the variant of the running torch; audit against a torch of this "
+               "variant's platform (--torch VERSION) to check it.")
+
+
+def test_a_variant_for_another_cuda_is_not_checked_against_this_torch_and_said_so(tmp_path: Path) -> None:
+    stub = '__attribute__((visibility("default"))) int cudaGetDeviceCount(int *n) { *n = 0; return 0; }\n'
+    user = ('int cudaGetDeviceCount(int *);\n__attribute__((visibility("default"))) int kiln_use(void) '
+            "{ int n; return cudaGetDeviceCount(&n) + n; }\n")
+    files: dict[str, bytes] = {}
+    for major in (12, 13):
+        runtime = _so(tmp_path / f"rt{major}", f"libcudart.so.{major}", stub, soname=f"libcudart.so.{major}")
+        files[f"kilnops/libkilnops_cu{major}.so"] = _so(tmp_path / f"cu{major}", f"libkilnops_cu{major}.so", user,
+                                                        f"-L{runtime.parent}", f"-l:libcudart.so.{major}").read_bytes()
+    wheel = make_wheel(tmp_path, files)
+    options = AuditOptions(torch_version="2.14.1+cu130")
+    results = _audit(wheel, "kilnops/libkilnops_cu12.so", options)
+    variant = results["variant"]
+    assert variant.is_warning
+    assert variant.detail.startswith("kilnops/libkilnops_cu12.so is the CUDA 12 variant among 2 per-platform "
+                                     "libraries")
+    assert variant.detail.endswith("; the target torch 2.14.1+cu130 is CUDA 13, so it is never loaded with it: the "
+                                   "libraries it needs that this torch does not provide (libcudart.so.12) and the 1 "
+                                   "undefined symbol(s) left to them were not checked.")
+    assert variant.fix == VARIANT_FIX
+    assert results["undefined-symbols"].ok
+    # The variant of this torch's CUDA is checked as any library is.
+    thirteen = _audit(wheel, "kilnops/libkilnops_cu13.so", options)
+    assert set(thirteen) == {"undefined-symbols", "symbol-versions"}
+    assert thirteen["undefined-symbols"].detail.startswith("1 undefined symbol(s) resolved (1 from libcudart.so.13)")
