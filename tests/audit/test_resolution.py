@@ -116,6 +116,14 @@ def test_unknown_stays_unknown(libs: dict[str, bytes], tmp_path: Path, monkeypat
     assert "kilnblas_gemm" not in results[""].detail and "cuInit" not in results[""].detail
     unchecked = results["unchecked"]
     assert unchecked.severity == "warning"
+    assert unchecked.detail.startswith(
+        "kilntest/ext.so: 2 undefined symbol(s) not checked: no library whose exports are known provides them, and "
+        "libkilnblas.so.1 (loaded by torch; symbols not recorded); libcuda.so.1 (the user's GPU driver; exports not "
+        "recorded) may: ")
+    assert sorted(unchecked.detail.rsplit(" may: ", 1)[1].removesuffix(".").split(", ")) == ["cuInit", "kilnblas_gemm"]
+    assert unchecked.fix == ("nothing to fix in the library if they are that library's API; to check them, record the "
+                             "exports of torch's runtime wheels (`scripts/kiln torch-abi --runtime SITE_PACKAGES`) or "
+                             "audit where they are installed (--torch-lib DIR).")
     assert "2 undefined symbol(s) not checked" in unchecked.detail
     assert ("libkilnblas.so.1 (loaded by torch; symbols not recorded); libcuda.so.1 (the user's GPU driver; "
             "exports not recorded) may") in unchecked.detail
@@ -188,6 +196,12 @@ def test_library_from_a_declared_dependency(libs: dict[str, bytes], tmp_path: Pa
         (lib,) = audit_paths([declared], AuditOptions(torch_lib=site / "torch" / "lib")).artifacts[0].libraries
         results = {c.finding: c for c in _undefined(lib)}
         assert results["dependency"].severity == "warning"
+        assert results["dependency"].detail == (
+            "kilntest/ext.so needs libcuda.so.1, which the declared dependency kilndep 1.0 (Requires-Dist: kilndep>=1) "
+            "ships: no RUNPATH of it reaches that library, so it loads only after the package has loaded it (ctypes "
+            "preload, import order); its symbols were not checked.")
+        assert results["dependency"].fix == ("add an $ORIGIN-relative RUNPATH to the dependency's library folder (e.g. "
+                                             "$ORIGIN/../nvidia/cublas/lib), so it loads in any order.")
         assert "libcuda.so.1, which the declared dependency kilndep 1.0 (Requires-Dist: kilndep>=1) ships" in \
             results["dependency"].detail
         assert "not found" not in results[""].detail
