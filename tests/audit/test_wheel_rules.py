@@ -229,6 +229,12 @@ def test_wheel_tags_that_differ_from_the_file_name(tmp_path: Path) -> None:
     assert _check(narrowed, "record").ok
     assert _tag_problems(_check(narrowed, "wheel-tag"), narrowed) == [
         f"WHEEL declares tags cp311-cp311-manylinux_2_28_x86_64 but the file name says {', '.join(EXPANDED)}"]
+    two = _rewrite(wheel, tmp_path / "two", f"{DIST}/WHEEL",
+                   b"Wheel-Version: 1.0\nTag: cp312-cp312-manylinux_2_28_x86_64\n"
+                   b"Tag: cp311-cp311-manylinux_2_28_x86_64\n")
+    assert _tag_problems(_check(two, "wheel-tag"), two) == [
+        "WHEEL declares tags cp311-cp311-manylinux_2_28_x86_64, cp312-cp312-manylinux_2_28_x86_64 but the file name "
+        f"says {', '.join(EXPANDED)}"]
     # The compressed set on one line is not the four tags it stands for.
     compressed = _rewrite(wheel, tmp_path / "compressed", f"{DIST}/WHEEL",
                           b"Wheel-Version: 1.0\nTag: cp311.cp312-cp311.cp312-manylinux_2_28_x86_64\n")
@@ -290,6 +296,13 @@ def test_an_op_library_named_like_a_module_is_not_held_to_the_python_tag(tmp_pat
     # It registers torch operators and defines no PyInit_*: torch.ops.load_library loads it by path.
     wheel = make_wheel(tmp_path, {"kilntest/_C.cpython-39-aarch64-linux-gnu.so": corpus["libregister.so"].read_bytes()})
     assert _check(wheel, "wheel-tag").ok
+    # An extension module after it is still held to the tags.
+    (more := tmp_path / "more").mkdir()
+    name = "kilntest/clean.cpython-39-x86_64-linux-gnu.so"
+    wheel = make_wheel(more, {"kilntest/_C.cpython-39-aarch64-linux-gnu.so": corpus["libregister.so"].read_bytes(),
+                              name: corpus[f"clean{PY_SUFFIX}"].read_bytes()})
+    assert _tag_problems(_check(wheel, "wheel-tag"), wheel) == [
+        f"{name} is built for cp39 but the wheel is tagged cp311-cp311"]
 
 
 def test_build_info_that_disagrees_with_the_wheel(tmp_path: Path) -> None:
@@ -328,6 +341,8 @@ def test_a_local_version_without_a_cuda_tag_in_the_build_info_is_a_cpu_build(tmp
                       "(pin 2.13.*)"),
     (("torch!=2.14.0",), "torch requirement 'torch!=2.14.0' allows torch 2.12.0, whose C++ ABI differs from "
                          "2.13.0's (pin 2.13.*)"),
+    (("torch>=2.12,<2.15",), "torch requirement 'torch>=2.12,<2.15' allows torch 2.12.0, 2.14.0, whose C++ ABI "
+                             "differs from 2.13.0's (pin 2.13.*)"),
 ])
 def test_the_torch_pin_is_held_to_the_build_torch(tmp_path: Path, requires: tuple[str, ...], problem: str) -> None:
     wheel = make_wheel(tmp_path, FILES, requires=requires, build_info={"torch_version": "2.13.0+cpu", "cuda": None})
