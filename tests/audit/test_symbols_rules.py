@@ -394,3 +394,29 @@ def test_a_variant_for_another_cuda_is_not_checked_against_this_torch_and_said_s
     thirteen = _audit(wheel, "kilnops/libkilnops_cu13.so", options)
     assert set(thirteen) == {"undefined-symbols", "symbol-versions"}
     assert thirteen["undefined-symbols"].detail.startswith("1 undefined symbol(s) resolved (1 from libcudart.so.13)")
+
+
+@pytest.mark.parametrize(("node", "resolved"), [("libcudart.so.13", True), ("libcudart.so.99", False)])
+def test_a_recorded_library_provides_a_symbol_in_the_version_it_recorded(tmp_path: Path, node: str, resolved: bool,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    from kiln_tool.audit import target as target_module
+
+    # torch 2.14.1+cu130 from data/torch_abi only (its runtime's libcudart.so.13 recorded, cudaGetDeviceCount in
+    # the version libcudart.so.13), whatever is installed here.
+    monkeypatch.setattr(target_module, "candidate_lib_dirs", lambda: [])
+    stub = '__attribute__((visibility("default"))) int cudaGetDeviceCount(int *n) { *n = 0; return 0; }\n'
+    runtime = _so(tmp_path / "rt", "libcudart.so.13", stub, script=f"{node} {{ global: cudaGetDeviceCount; "
+                  "local: *; };\n", soname="libcudart.so.13")
+    user = _so(tmp_path, "libuse.so", 'int cudaGetDeviceCount(int *);\n__attribute__((visibility("default"))) int '
+               "kiln_use(void) { int n; return cudaGetDeviceCount(&n) + n; }\n", f"-L{runtime.parent}",
+               "-l:libcudart.so.13")
+    wheel = make_wheel(tmp_path, {"kilntest/libuse.so": user.read_bytes()}, requires=("torch==2.14.1",))
+    options = AuditOptions(torch_version="2.14.1+cu130")
+    (artifact,) = audit_paths([wheel], options).artifacts
+    assert "as recorded in" in artifact.target["torch"]
+    main = _audit(wheel, "kilntest/libuse.so", options)["undefined-symbols"]
+    if resolved:
+        assert main.ok and main.detail.startswith("1 undefined symbol(s) resolved (1 from libcudart.so.13)")
+    else:
+        assert main.detail == ("kilntest/libuse.so: 1 undefined symbol(s) no needed library provides: "
+                               "cudaGetDeviceCount@libcudart.so.99.")
