@@ -521,3 +521,39 @@ def test_a_variant_for_another_cuda_is_left_out_of_the_runtimes_compared(tmp_pat
     wheel = make_wheel(beside, {**variants, "kilnops/libzz.so": cu12})
     assert _tag_problems(_check(wheel, "wheel-tag", options), wheel) == [
         "the binaries need libcudart.so.12, libcudart.so.13 but torch 2.14.1+cu130 ships CUDA 13"]
+
+
+def test_a_version_that_is_not_pep_440_is_named(tmp_path: Path) -> None:
+    wheel = make_wheel(tmp_path, FILES, version="0.1.0+pt213cpu+x", requires=("torch==2.13.0",),
+                       build_info={"torch_version": "2.13.0+cpu", "cuda": None, "cuda_tag": "cpu"})
+    assert _tag_problems(_check(wheel, "wheel-tag"), wheel) == [
+        "version '0.1.0+pt213cpu+x' in the file name is not a PEP 440 version"]
+
+
+@pytest.mark.parametrize("torch_version", [None, ""])
+def test_a_local_version_without_the_build_torch_cannot_be_checked(tmp_path: Path, torch_version: str | None) -> None:
+    info: dict[str, object] = {"cuda": None, "cuda_tag": "cpu"}
+    if torch_version is not None:
+        info["torch_version"] = torch_version
+    wheel = make_wheel(tmp_path, FILES, version="0.1.0+pt213cpu", build_info=info)
+    assert _tag_problems(_check(wheel, "wheel-tag"), wheel) == [
+        "local version '+pt213cpu' names a torch build, but the build info has no torch_version"]
+    # A stable-ABI build's local version names only the CUDA variant: no torch needed to check it.
+    (stable := tmp_path / "stable").mkdir()
+    wheel = make_wheel(stable, FILES, version="0.1.0+cpu", build_info={**info, "abi_mode": "stable"})
+    assert _check(wheel, "wheel-tag").ok
+
+
+def test_tag_sets_are_shown_as_the_file_name_writes_them(tmp_path: Path, module: bytes, corpus: Corpus) -> None:
+    name = "kilntest/clean.cpython-39-aarch64-linux-gnu.so"
+    tag = "cp311.cp312-cp311.cp312-manylinux_2_17_x86_64.manylinux_2_28_x86_64"
+    wheel = make_wheel(tmp_path, {name: module}, tag=tag, build_info={"python_tag": "cp310-cp310"})
+    assert _tag_problems(_check(wheel, "wheel-tag"), wheel) == [
+        f"{name} is built for cp39 but the wheel is tagged cp311.cp312-cp311.cp312",
+        f"{name} is built for aarch64, the platform tag says manylinux_2_17_x86_64.manylinux_2_28_x86_64",
+        "build info says cp310-cp310, the wheel is tagged cp311.cp312"]
+    (abi := tmp_path / "abi").mkdir()
+    abi3 = "kilntest/plain.abi3.so"
+    wheel = make_wheel(abi, {abi3: corpus["libplain.so"].read_bytes()}, tag="cp311-cp311.none-manylinux_2_28_x86_64")
+    assert _tag_problems(_check(wheel, "wheel-tag"), wheel) == [
+        f"{abi3} is a stable-ABI (abi3) module but the ABI tag is cp311.none"]

@@ -7,6 +7,8 @@ import csv
 import io
 import re
 
+from packaging.version import InvalidVersion, Version
+
 from ..context import ArtifactContext
 from ..inputs import Wheel
 from ..policy import glibc_of_policy_name, manylinux_policy_of_tag
@@ -68,7 +70,11 @@ def check_wheel_tag(artifact: ArtifactContext) -> list[CheckResult]:
     info = artifact.build_info
     cudart = _cudart_majors(artifact)
     version = wheel.name.version
-    local = version.split("+", 1)[1] if "+" in version else None
+    try:
+        local = Version(version).local
+    except InvalidVersion:
+        problems.append(f"version '{version}' in the file name is not a PEP 440 version")
+        local = None
     if info is not None:
         if info.get("opkiln_version") not in (None, version):
             problems.append(f"build info says version {info.get('opkiln_version')}, the wheel {version}")
@@ -76,18 +82,20 @@ def check_wheel_tag(artifact: ArtifactContext) -> list[CheckResult]:
         if python_tag and python_tag.split("-")[0] not in wheel.name.python_tags:
             problems.append(f"build info says {python_tag}, the wheel is tagged {'.'.join(wheel.name.python_tags)}")
         cuda = info.get("cuda")
-        torch_version = str(info.get("torch_version", ""))
-        if local is not None:
+        torch_version = str(info.get("torch_version") or "")
+        stable = info.get("abi_mode") == "stable"
+        if local is not None and not stable and not torch_version:
+            problems.append(f"local version '+{local}' names a torch build, but the build info has no torch_version")
+        elif local is not None:
             cuda_tag = str(info.get("cuda_tag", "cpu"))
-            if info.get("abi_mode") == "stable":
+            if stable:
                 expected = cuda_tag  # one wheel serves every torch from the floor on: only the CUDA variant
             else:
                 major_minor = torch_version.split("+")[0].split(".")[:2]
                 expected = f"pt{''.join(major_minor)}{cuda_tag}"
             if local != expected:
                 problems.append(f"local version '+{local}' does not name the build's "
-                                f"{'CUDA variant' if info.get('abi_mode') == 'stable' else 'torch and CUDA'} "
-                                f"('+{expected}')")
+                                f"{'CUDA variant' if stable else 'torch and CUDA'} ('+{expected}')")
         if cuda is None and cudart:
             problems.append(f"a CPU build (build info cuda: null) whose binaries need libcudart.so.{min(cudart)}")
         if cuda is not None:
@@ -190,7 +198,6 @@ def _release_results(artifact: ArtifactContext, wheel: Wheel) -> list[CheckResul
 
 def _pin_problems(requirement: str, build_torch: str, abi_mode: str, torch_min: str | None) -> list[str]:
     from packaging.specifiers import InvalidSpecifier, SpecifierSet
-    from packaging.version import Version
 
     try:
         spec = SpecifierSet(requirement)
