@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -154,3 +156,38 @@ def test_a_survivors_run_runs_every_mutant_of_a_function_changed_since(tmp_path:
     assert mutation.function_texts(old).keys() == {"x_f", "xǁCǁm", "x_g"}
     changed = {k for k, v in mutation.function_texts(new).items() if mutation.function_texts(old)[k] != v}
     assert changed == {"x_f"}
+
+
+def test_a_copy_runs_the_fastest_tests_first(tmp_path: Path) -> None:
+    # The conftest prepare() writes into a copy orders pytest's items by mutmut's measured durations, so -x ends
+    # a killed mutant at the first fast test that kills it; before the stats exist it leaves the order alone.
+    work = mutation.prepare(mutation.MODULES["identity"], 1, root=tmp_path)
+    assert "mutmut-stats.json" in (work / "conftest.py").read_text()
+    assert '"conftest.py"' in (work / "pyproject.toml").read_text()
+    (tests := tmp_path / "suite" / "tests").mkdir(parents=True)
+    (tmp_path / "suite" / "conftest.py").write_text((work / "conftest.py").read_text())
+    (tests / "test_order.py").write_text(textwrap.dedent("""
+        import os
+        ORDER = os.environ["KILN_ORDER_FILE"]
+
+        def _seen(name):
+            with open(ORDER, "a") as fh:
+                fh.write(name + "\\n")
+
+        def test_slow(): _seen("slow")
+        def test_fast(): _seen("fast")
+        def test_unmeasured(): _seen("unmeasured")
+        def test_middle(): _seen("middle")
+        """))
+    def order() -> list[str]:
+        seen = tmp_path / "order.txt"
+        seen.unlink(missing_ok=True)
+        subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"], check=True,
+                       capture_output=True, cwd=tmp_path / "suite", env={**os.environ, "KILN_ORDER_FILE": str(seen)})
+        return seen.read_text().split()
+
+    assert order() == ["slow", "fast", "unmeasured", "middle"]
+    (tmp_path / "suite" / "mutmut-stats.json").write_text(json.dumps({"duration_by_test": {
+        "tests/test_order.py::test_slow": 3.0, "tests/test_order.py::test_fast": 0.1,
+        "tests/test_order.py::test_middle": 1.0}}))
+    assert order() == ["fast", "middle", "slow", "unmeasured"]
