@@ -343,3 +343,59 @@ def test_both_notes_are_given_together(tmp_path: Path) -> None:
         expected = (f"{lib} embeds 1 path(s) ('{SOURCE}' in .rodata) of the build machine's source or build tree. "
                     f"({note})") if SOURCE in paths else f"no build-machine paths ({note})"
         assert _one(lib).detail == expected
+
+
+# A compile unit of its own, written by hand: DW_AT_name only, no DW_AT_comp_dir (DWARF 4, one abbreviation).
+NO_DIRECTORY_UNIT = r"""
+__asm__(".section .debug_abbrev,\"\",@progbits\n.Lkiln_abbrev:\n.uleb128 1\n.uleb128 0x11\n.byte 0\n"
+        ".uleb128 0x3\n.uleb128 0x8\n.byte 0\n.byte 0\n.byte 0\n"
+        ".section .debug_info,\"\",@progbits\n.long .Lkiln_end - .Lkiln_start\n.Lkiln_start:\n.short 4\n"
+        ".long .Lkiln_abbrev\n.byte 8\n.uleb128 1\n.asciz \"kiln_nodir.c\"\n.Lkiln_end:\n.text\n");
+"""
+
+
+def test_units_that_name_no_tree_are_passed_over_and_the_next_still_read(tmp_path: Path) -> None:
+    # Link order is unit order: a unit without a compile directory, one whose name is absolute and one compiled
+    # in a relative directory come before the one that names the project's tree.
+    (tmp_path / "ops").mkdir()
+    (tmp_path / "ops" / "nodir.c").write_text(NO_DIRECTORY_UNIT)
+    (tmp_path / "ops" / "absolute.c").write_text("int kiln_absolute(void) { return 1; }\n")
+    (tmp_path / "ops" / "relative.c").write_text("int kiln_relative(void) { return 2; }\n")
+    (tmp_path / "ops" / "kernel.c").write_text(KERNEL)
+    compile_flags = ["-fPIC", "-O1", "-c"]
+    runs = [["gcc", *compile_flags, "-o", "nodir.o", "ops/nodir.c"],
+            ["gcc", *compile_flags, "-g", "-o", "absolute.o", str(tmp_path / "ops" / "absolute.c"),
+             f"-fdebug-prefix-map={tmp_path}=/srv/kilnabs"],
+            ["gcc", *compile_flags, "-g", "-o", "relative.o", "ops/relative.c", f"-fdebug-prefix-map={tmp_path}=."],
+            ["gcc", *compile_flags, "-g", "-o", "kernel.o", "ops/kernel.c",
+             f"-fdebug-prefix-map={tmp_path}=/srv/kilnproj"],
+            ["gcc", "-shared", "-o", "libunits.so", "nodir.o", "absolute.o", "relative.o", "kernel.o", *HARDENED]]
+    for run in runs:
+        subprocess.run(run, check=True, capture_output=True, cwd=tmp_path)
+    lib = tmp_path / "libunits.so"
+    with lib.open("rb") as fh:
+        units = [u.get_top_DIE().attributes for u in ELFFile(fh).get_dwarf_info().iter_CUs()]
+    assert [("DW_AT_comp_dir" in u, u["DW_AT_name"].value) for u in units] == [
+        (False, b"kiln_nodir.c"), (True, b"/srv/kilnabs/ops/absolute.c"), (True, b"ops/relative.c"),
+        (True, b"ops/kernel.c")]
+    assert _one(lib).detail == (f"{lib} embeds 2 path(s) ('/srv/kilnabs/ops/absolute.c' in .debug_line_str; "
+                                f"'/srv/kilnproj/ops/kernel.c' in {DWARF}) of the build machine's source or build "
+                                "tree.")
+
+
+def test_debug_info_without_contents_is_not_read(tmp_path: Path) -> None:
+    # .debug_info as SHT_NOBITS (what a stripped file keeps of it): its bytes are not its contents.
+    lib = _debug(tmp_path, "libnobits.so", "/srv/kilnproj")
+    header, _offset, _size = _section(lib, ".debug_info")
+    data = bytearray(lib.read_bytes())
+    struct.pack_into("<I", data, header + 4, 8)  # sh_type = SHT_NOBITS
+    lib.write_bytes(bytes(data))
+    assert _one(lib).detail == "no build-machine paths"
+
+
+def test_the_finder_searches_from_the_first_byte_by_default() -> None:
+    from kiln_tool.audit.checks.build_paths import find_build_paths
+    from kiln_tool.audit.policy import load_policy
+
+    rule = load_policy("manylinux_2_28").build_paths
+    assert find_build_paths(SOURCE.encode() + b"\0", rule) == [(0, SOURCE, "source")]
