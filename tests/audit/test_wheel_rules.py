@@ -557,3 +557,20 @@ def test_tag_sets_are_shown_as_the_file_name_writes_them(tmp_path: Path, module:
     wheel = make_wheel(abi, {abi3: corpus["libplain.so"].read_bytes()}, tag="cp311-cp311.none-manylinux_2_28_x86_64")
     assert _tag_problems(_check(wheel, "wheel-tag"), wheel) == [
         f"{abi3} is a stable-ABI (abi3) module but the ABI tag is cp311.none"]
+
+
+@pytest.mark.parametrize(("torch_version", "cuda_tag", "local"), [
+    ("2.14.1+cu130", "cu130", "pt214cu130"),
+    ("2.13+cpu", "cpu", "pt213cpu"),  # a two-part version with a local part: the local part is not the minor
+])
+def test_the_local_version_names_the_build_torch_and_cuda(tmp_path: Path, torch_version: str, cuda_tag: str,
+                                                          local: str) -> None:
+    info = {"torch_version": torch_version, "cuda": None, "cuda_tag": cuda_tag}
+    pin = ("torch==" + ".".join(torch_version.split("+")[0].split(".")[:2]) + ".*",)
+    wheel = make_wheel(tmp_path, FILES, version=f"0.1.0+{local}", build_info=info, requires=pin)
+    check = _check(wheel, "wheel-tag")
+    assert check.ok, check.detail
+    (other := tmp_path / "other").mkdir()
+    wheel = make_wheel(other, FILES, version="0.1.0+pt299cpu", build_info=info, requires=pin)
+    assert _tag_problems(_check(wheel, "wheel-tag"), wheel) == [
+        f"local version '+pt299cpu' does not name the build's torch and CUDA ('+{local}')"]
