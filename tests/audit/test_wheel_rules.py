@@ -574,3 +574,49 @@ def test_the_local_version_names_the_build_torch_and_cuda(tmp_path: Path, torch_
     wheel = make_wheel(other, FILES, version="0.1.0+pt299cpu", build_info=info, requires=pin)
     assert _tag_problems(_check(wheel, "wheel-tag"), wheel) == [
         f"local version '+pt299cpu' does not name the build's torch and CUDA ('+{local}')"]
+
+
+def _torch_site(root: Path, corpus: Corpus, wheel_tag: str | None) -> Path:
+    """torch 9.3.0+cpu installed under root (torch/version.py, torch/lib), with its dist-info WHEEL if tagged."""
+    site = root / "lib" / "python3.11" / "site-packages"
+    (site / "torch" / "lib").mkdir(parents=True)
+    (site / "torch" / "version.py").write_text("__version__ = '9.3.0+cpu'\n")
+    (site / "torch" / "lib" / "libc10.so").write_bytes(corpus["libplain.so"].read_bytes())
+    if wheel_tag is not None:
+        (site / "torch-9.3.0.dist-info").mkdir()
+        (site / "torch-9.3.0.dist-info" / "WHEEL").write_text(f"Wheel-Version: 1.0\nTag: {wheel_tag}\n")
+    return site / "torch" / "lib"
+
+
+def test_a_torch_without_platform_tags_leaves_the_floor_unknown(tmp_path: Path, corpus: Corpus) -> None:
+    lib_dir = _torch_site(tmp_path / "venv", corpus, None)
+    wheel = make_wheel(tmp_path, FILES, tag="py3-none-manylinux_2_28_x86_64")
+    results = _wheel_checks(wheel, AuditOptions(torch_lib=lib_dir))
+    (unknown,) = [c for c in results if c.finding == "floor-unknown"]
+    assert unknown.detail == (f"{wheel.name}: the platform floor (torch's own manylinux tag) is unknown: torch "
+                              "9.3.0+cpu's own platform tags are unknown; the tags manylinux_2_28_x86_64 were not "
+                              "compared with it.")
+
+
+def test_every_tag_below_the_floor_is_named_after_any_without_a_claim(tmp_path: Path, corpus: Corpus) -> None:
+    lib_dir = _torch_site(tmp_path / "venv", corpus, "cp311-cp311-manylinux_2_28_x86_64")
+    options = AuditOptions(torch_lib=lib_dir)
+    wheel = make_wheel(tmp_path, FILES, tag="py3-none-linux_x86_64.manylinux_2_5_x86_64.manylinux_2_17_x86_64")
+    results = [c for c in _wheel_checks(wheel, options) if c.id == "wheel-tag"]
+    (below,) = [c for c in results if c.finding == "below-floor"]
+    assert below.detail == (
+        f"{wheel.name}: platform tag manylinux_2_5_x86_64 is below manylinux_2_28, the floor of torch 9.3.0+cpu's own "
+        "wheel: pip would install it where torch itself cannot run; platform tag manylinux_2_17_x86_64 is below "
+        "manylinux_2_28, the floor of torch 9.3.0+cpu's own wheel: pip would install it where torch itself cannot "
+        "run.")
+    # The wheel's own problems come first, then the floor.
+    (bad := tmp_path / "bad").mkdir()
+    wheel = make_wheel(bad, FILES, tag="py3-none-manylinux_2_17_x86_64", build_info={"python_tag": "cp310-cp310"})
+    assert [c.finding for c in _wheel_checks(wheel, options) if c.id == "wheel-tag"] == ["", "below-floor"]
+
+
+def test_every_tag_without_a_manylinux_claim_is_noted(tmp_path: Path) -> None:
+    wheel = make_wheel(tmp_path, FILES, tag="py3-none-linux_x86_64.linux_i686")
+    assert _check(wheel, "wheel-tag").detail == (
+        "tags, version, torch pin and binaries agree (platform tag linux_x86_64 makes no manylinux claim (`kiln "
+        "repair` assigns one); platform tag linux_i686 makes no manylinux claim (`kiln repair` assigns one))")
