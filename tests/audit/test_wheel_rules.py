@@ -164,14 +164,39 @@ def test_each_record_defect_is_named(tmp_path: Path) -> None:
     assert check.fix == RECORD_FIX
 
 
-def test_six_problems_are_shown_whole(tmp_path: Path) -> None:
-    files = {f"kilntest/m{i}.txt": b"%d\n" % i for i in range(6)}
+@pytest.mark.parametrize("count", [6, 7])
+def test_six_problems_are_shown_whole_and_more_are_counted(tmp_path: Path, count: int) -> None:
+    files = {f"kilntest/m{i}.txt": b"%d\n" % i for i in range(count)}
     rows = {r.split(",", 1)[0]: r for r in _good_rows(tmp_path, files)}
     wheel = _with_record(tmp_path, _rows(rows[f"{DIST}/METADATA"], rows[f"{DIST}/WHEEL"], f"{RECORD},,"), files)
     check = _check(wheel, "record")
     listed = "; ".join(f"kilntest/m{i}.txt is not in RECORD" for i in range(6))
-    assert check.detail == f"{RECORD}: {listed}. pip refuses (or silently installs) a wheel whose files do not match " \
-        "RECORD."
+    more = "; and 1 more" if count == 7 else ""
+    assert check.detail == (f"{RECORD}: {listed}{more}. pip refuses (or silently installs) a wheel whose files do not "
+                            "match RECORD.")
+
+
+def test_a_listed_file_the_wheel_lacks_and_a_padded_hash_are_named(tmp_path: Path) -> None:
+    rows = _good_rows(tmp_path)
+    data = FILES["kilntest/data.txt"]
+    padded = [r if not r.startswith("kilntest/data.txt,") else f"kilntest/data.txt,sha256={_digest(data, 'sha256')}=,"
+              for r in rows]
+    wheel = _with_record(tmp_path, _rows(*padded, "kilntest/gone.py,sha256=AAAA,1"))
+    assert _check(wheel, "record").detail == (
+        f"{RECORD}: kilntest/data.txt: sha256 {_digest(data, 'sha256')} differs from RECORD's "
+        f"{_digest(data, 'sha256')}=; RECORD lists kilntest/gone.py, which the wheel does not hold. pip refuses (or "
+        "silently installs) a wheel whose files do not match RECORD.")
+
+
+def test_a_digest_that_ends_in_any_letter_is_compared_whole(tmp_path: Path) -> None:
+    # Only the base64 padding is taken off a digest: a sha384 one (64 characters, no padding) that ends in X is
+    # kept whole.
+    body = next(b"%d\n" % i for i in range(10_000) if _digest(b"%d\n" % i, "sha384").endswith("X"))
+    rows = [r for r in _good_rows(tmp_path) if not r.startswith("kilntest/")]
+    wheel = _with_record(tmp_path, _rows(f"kilntest/x.txt,sha384={_digest(body, 'sha384')},{len(body)}", *rows),
+                         {"kilntest/x.txt": body})
+    check = _check(wheel, "record")
+    assert check.ok, check.detail
 
 
 def test_signatures_and_folders_need_no_record_row_and_an_empty_size_is_not_checked(tmp_path: Path) -> None:
@@ -426,6 +451,8 @@ def test_a_standin_run_is_held_to_its_bases_one_tag(tmp_path: Path) -> None:
     ok = _release(tmp_path, ("manylinux_2_36_x86_64",), standin)
     assert ok.ok and ok.detail == ("STAND-IN run: tagged manylinux_2_36 as its base (glibc) gives, not the release "
                                    "floor manylinux_2_28; not a release wheel")
+    two = _release(tmp_path, ("manylinux_2_28_x86_64", "manylinux_2_36_x86_64"), standin)
+    assert two.detail.endswith("but the wheel is tagged manylinux_2_28_x86_64.manylinux_2_36_x86_64.")
     wrong = _release(tmp_path, ("manylinux_2_28_x86_64",), standin)
     assert not wrong.ok and wrong.finding == "standin-tag"
     assert wrong.detail == ("kilntest-0.1.0-py3-none-manylinux_2_28_x86_64.whl: built in a STAND-IN base that gives "
