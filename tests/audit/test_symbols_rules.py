@@ -508,3 +508,19 @@ def test_a_symbol_glibc_moved_into_libc_resolves_there(tmp_path: Path) -> None:
     (main,) = [c for c in artifact.libraries[0].checks if c.id == "undefined-symbols"]
     assert main.ok
     assert main.detail.startswith("2 undefined symbol(s) resolved (2 from libc.so.6); needed: libpthread.so.0 from ")
+
+
+def test_a_versioned_symbol_of_an_unknown_library_is_unchecked_and_names_it(tmp_path: Path) -> None:
+    # The GPU driver, needed directly, with its symbols versioned: what only it provides is not checked, and said
+    # to be its.
+    driver = _so(tmp_path / "driver", "libcuda.so.1", '__attribute__((visibility("default"))) int cuInit(unsigned f) '
+                 "{ return (int)f; }\n", script="libcuda.so.1 { global: cuInit; local: *; };\n",
+                 soname="libcuda.so.1")
+    user = _so(tmp_path, "libuse.so", 'int cuInit(unsigned);\n__attribute__((visibility("default"))) int '
+               "kiln_use(void) { return cuInit(0); }\n", f"-L{driver.parent}", "-l:libcuda.so.1")
+    wheel = make_wheel(tmp_path, {"kilntest/libuse.so": user.read_bytes()})
+    results = _audit(wheel, "kilntest/libuse.so")
+    assert results["unchecked"].detail == (
+        "kilntest/libuse.so: 1 undefined symbol(s) not checked: no library whose exports are known provides them, and "
+        "libcuda.so.1 (the user's GPU driver; exports not recorded) may: cuInit@libcuda.so.1 (from libcuda.so.1).")
+    assert results["undefined-symbols"].ok
