@@ -524,3 +524,26 @@ def test_a_versioned_symbol_of_an_unknown_library_is_unchecked_and_names_it(tmp_
         "kilntest/libuse.so: 1 undefined symbol(s) not checked: no library whose exports are known provides them, and "
         "libcuda.so.1 (the user's GPU driver; exports not recorded) may: cuInit@libcuda.so.1 (from libcuda.so.1).")
     assert results["undefined-symbols"].ok
+
+
+def test_a_missing_library_nothing_is_left_to_is_named_alone_and_first(built: dict[str, bytes], tmp_path: Path) -> None:
+    gone = _so(tmp_path / "gone", "libkgone.so", "int kgone_unused;\n", soname="libkgone.so")
+    _linkable(tmp_path / "flat", built["flat"])
+    # NEEDED libkgone.so (nothing used from it) and libkprov.so (flat, beside it).
+    user = _so(tmp_path, "libuse.so", _uses("kiln_plain"), f"-L{gone.parent}", f"-L{tmp_path / 'flat'}",
+               "-Wl,--no-as-needed", "-l:libkgone.so", "-l:libkprov.so")
+    wheel = make_wheel(tmp_path, {"kilntest/libkprov.so": built["flat"], "kilntest/libuse.so": user.read_bytes()})
+    main = _audit(wheel, "kilntest/libuse.so")["undefined-symbols"]
+    assert main.detail == "kilntest/libuse.so: needed libraries not found in the installed layout: libkgone.so."
+    # Beside a version need of a library not needed, the missing library comes first.
+    other = _so(tmp_path / "other", "libkoth.so", '__attribute__((visibility("default"))) int koth_f(void) '
+                "{ return 0; }\n", script="KOTH_1.0 { global: koth_f; local: *; };\n", soname="libkoth.so")
+    stray = _so(tmp_path / "stray", "libuse.so", _uses("kiln_plain", "koth_f"), f"-L{gone.parent}",
+                f"-L{tmp_path / 'flat'}", f"-L{other.parent}", "-Wl,--no-as-needed", "-l:libkgone.so",
+                "-l:libkprov.so", "-l:libkoth.so")
+    subprocess.run([_patchelf(), "--remove-needed", "libkoth.so", str(stray)], check=True, capture_output=True)
+    (out := tmp_path / "out").mkdir()
+    wheel = make_wheel(out, {"kilntest/libkprov.so": built["flat"], "kilntest/libuse.so": stray.read_bytes()})
+    main = _audit(wheel, "kilntest/libuse.so")["undefined-symbols"]
+    assert main.detail.startswith("kilntest/libuse.so: needed libraries not found in the installed layout: libkgone.so"
+                                  "; version needs name libraries missing from DT_NEEDED: libkoth.so; ")
