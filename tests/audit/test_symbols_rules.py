@@ -547,3 +547,37 @@ def test_a_missing_library_nothing_is_left_to_is_named_alone_and_first(built: di
     main = _audit(wheel, "kilntest/libuse.so")["undefined-symbols"]
     assert main.detail.startswith("kilntest/libuse.so: needed libraries not found in the installed layout: libkgone.so"
                                   "; version needs name libraries missing from DT_NEEDED: libkoth.so; ")
+
+
+def test_providers_with_as_many_symbols_are_listed_by_name(tmp_path: Path) -> None:
+    names = ["libkd.so", "libkb.so", "libkc.so", "libka.so"]
+    links = []
+    for i, name in enumerate(names):
+        _so(tmp_path / name, name, f'__attribute__((visibility("default"))) int kiln_p{i}(void) {{ return {i}; }}\n',
+            soname=name)
+        links += [f"-L{tmp_path / name}", f"-l:{name}"]
+    user = _so(tmp_path, "libuse.so", _uses(*(f"kiln_p{i}" for i in range(4))), "-Wl,--no-as-needed", *links,
+               "-nostdlib")
+    wheel = make_wheel(tmp_path, {**{f"kilntest/{n}": (tmp_path / n / n).read_bytes() for n in names},
+                                  "kilntest/libuse.so": user.read_bytes()})
+    main = _audit(wheel, "kilntest/libuse.so")["undefined-symbols"]
+    assert main.detail.startswith("4 undefined symbol(s) resolved (1 from libka.so, 1 from libkb.so, 1 from libkc.so, "
+                                  "1 from libkd.so); needed: ")
+
+
+def test_a_versioned_symbol_is_judged_by_its_name_alone(built: dict[str, bytes], tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    # With kiln_v named a torch symbol (exactly, no wildcard), kiln_v@KILN_3.0 missing is torch's problem: the
+    # hint names the target torch.
+    from dataclasses import replace
+
+    from kiln_tool.audit import policy as audit_policy
+
+    for name in audit_policy.available_policies():
+        policy = audit_policy.load_policy(name)
+        monkeypatch.setitem(audit_policy._CACHE, name, replace(policy, torch_symbols=(*policy.torch_symbols,
+                                                                                       "kiln_v")))
+    wheel = make_wheel(tmp_path, {"kilntest/libkprov.so": built["provider"], "kilntest/libuse.so": built["versioned"]})
+    main = _audit(wheel, "kilntest/libuse.so", AuditOptions(torch_version="2.14.1+cu130"))["undefined-symbols"]
+    assert main.detail.startswith("kilntest/libuse.so: 1 undefined symbol(s) no needed library provides: "
+                                  "kiln_v@KILN_3.0. Target torch: 2.14.1+cu130 ")
