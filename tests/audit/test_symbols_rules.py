@@ -326,13 +326,22 @@ def _linkable(folder: Path, provider: bytes) -> None:
     (folder / "libkprov.so").write_bytes(provider)
 
 
+def _one_function(tmp: Path, soname: str, function: str) -> Path:
+    """A library of its own folder that exports one function, int FUNCTION(void)."""
+    return _so(tmp / soname.removesuffix(".so"), soname, f'__attribute__((visibility("default"))) int {function}(void) '
+               "{ return 0; }\n", soname=soname)
+
+
+def _user_of(tmp: Path, built: dict[str, bytes], calls: tuple[str, ...], *first: Path) -> Path:
+    """libuse.so calling these functions; NEEDED: each library of `first`, then libkprov.so (the flat one)."""
+    _linkable(tmp / "flat", built["flat"])
+    return _so(tmp, "libuse.so", _uses(*calls), *(f"-L{lib.parent}" for lib in first), f"-L{tmp / 'flat'}",
+               "-Wl,--no-as-needed", *(f"-l:{lib.name}" for lib in first), "-l:libkprov.so")
+
+
 def test_each_needed_library_is_looked_for_after_a_missing_one(built: dict[str, bytes], tmp_path: Path) -> None:
-    gone = _so(tmp_path / "gone", "libkgone.so", '__attribute__((visibility("default"))) int kgone_f(void) '
-               "{ return 0; }\n", soname="libkgone.so")
     # NEEDED: libkgone.so first, then libkprov.so (flat, beside it in the wheel).
-    _linkable(tmp_path / "flat", built["flat"])
-    user = _so(tmp_path, "libuse.so", _uses("kgone_f", "kiln_plain"), f"-L{gone.parent}",
-               f"-L{tmp_path / 'flat'}", "-Wl,--no-as-needed", "-l:libkgone.so", "-l:libkprov.so")
+    user = _user_of(tmp_path, built, ("kgone_f", "kiln_plain"), _one_function(tmp_path, "libkgone.so", "kgone_f"))
     from kiln_tool.audit.elf import ElfLibrary
 
     assert ElfLibrary.open(user).needed[:2] == ["libkgone.so", "libkprov.so"]
@@ -343,11 +352,8 @@ def test_each_needed_library_is_looked_for_after_a_missing_one(built: dict[str, 
 
 
 def test_every_library_found_only_by_preload_is_named(built: dict[str, bytes], tmp_path: Path) -> None:
-    other = _so(tmp_path / "other", "libkoth.so", '__attribute__((visibility("default"))) int koth_f(void) '
-                "{ return 0; }\n", soname="libkoth.so")
-    _linkable(tmp_path / "flat", built["flat"])
-    user = _so(tmp_path, "libuse.so", _uses("koth_f", "kiln_plain"), f"-L{other.parent}",
-               f"-L{tmp_path / 'flat'}", "-Wl,--no-as-needed", "-l:libkoth.so", "-l:libkprov.so")
+    other = _one_function(tmp_path, "libkoth.so", "koth_f")
+    user = _user_of(tmp_path, built, ("koth_f", "kiln_plain"), other)
     wheel = make_wheel(tmp_path, {"kilntest/sub/libkprov.so": built["flat"], "kilntest/sub/libkoth.so":
                                   other.read_bytes(), "kilntest/libuse.so": user.read_bytes()})
     preload = _audit(wheel, "kilntest/libuse.so")["preload"]
@@ -527,11 +533,9 @@ def test_a_versioned_symbol_of_an_unknown_library_is_unchecked_and_names_it(tmp_
 
 
 def test_a_missing_library_nothing_is_left_to_is_named_alone_and_first(built: dict[str, bytes], tmp_path: Path) -> None:
-    gone = _so(tmp_path / "gone", "libkgone.so", "int kgone_unused;\n", soname="libkgone.so")
-    _linkable(tmp_path / "flat", built["flat"])
+    gone = _one_function(tmp_path, "libkgone.so", "kgone_unused")
     # NEEDED libkgone.so (nothing used from it) and libkprov.so (flat, beside it).
-    user = _so(tmp_path, "libuse.so", _uses("kiln_plain"), f"-L{gone.parent}", f"-L{tmp_path / 'flat'}",
-               "-Wl,--no-as-needed", "-l:libkgone.so", "-l:libkprov.so")
+    user = _user_of(tmp_path, built, ("kiln_plain",), gone)
     wheel = make_wheel(tmp_path, {"kilntest/libkprov.so": built["flat"], "kilntest/libuse.so": user.read_bytes()})
     main = _audit(wheel, "kilntest/libuse.so")["undefined-symbols"]
     assert main.detail == "kilntest/libuse.so: needed libraries not found in the installed layout: libkgone.so."
