@@ -585,3 +585,52 @@ def test_a_versioned_symbol_is_judged_by_its_name_alone(built: dict[str, bytes],
     main = _audit(wheel, "kilntest/libuse.so", AuditOptions(torch_version="2.14.1+cu130"))["undefined-symbols"]
     assert main.detail.startswith("kilntest/libuse.so: 1 undefined symbol(s) no needed library provides: "
                                   "kiln_v@KILN_3.0. Target torch: 2.14.1+cu130 ")
+
+
+MIXED_NODES = ["kiln1", "CXXABI_TM_1", "GLIBC_2.99", "CXXABI_FLOAT128", "kiln2", "kiln3", "kiln4", "kiln5"]
+MIXED = "".join(f'__attribute__((visibility("default"))) int kiln_x{i}(void) {{ return {i}; }}\n'
+                f'__asm__(".symver kiln_x{i}, kiln_y{i}@@{node}");\n'
+                for i, node in enumerate(MIXED_NODES))
+MIXED_SCRIPT = "kiln0 { local: *; };\n" + "".join(f"{node} {{ }};\n" for node in MIXED_NODES)
+
+
+def test_versions_outside_the_policy_or_allowed_by_it_are_passed_over_and_the_rest_checked(tmp_path: Path) -> None:
+    mixed = _so(tmp_path / "mixed", "libkmix.so", MIXED, script=MIXED_SCRIPT, soname="libkmix.so")
+    user = _so(tmp_path, "libuse.so", "#include <pthread.h>\nstatic void *run(void *a) { return a; }\n" +
+               "".join(f"int kiln_y{i}(void);\n" for i in range(len(MIXED_NODES))) +
+               '__attribute__((visibility("default"))) int kiln_use(void) { pthread_t t; pthread_create(&t, 0, run, 0);'
+               " return pthread_join(t, 0)" + "".join(f" + kiln_y{i}()" for i in range(len(MIXED_NODES))) + "; }\n",
+               "-pthread", f"-L{mixed.parent}", "-l:libkmix.so")
+    from kiln_tool.audit.elf import ElfLibrary
+
+    needs = ElfLibrary.open(user).version_needs["libkmix.so"]
+    # The linker writes them in its own (hash) order: with this many, a version of no policy namespace and one the
+    # policy allows come before GLIBC_2.99 (checked, so the test says when that stops holding).
+    at = needs.index("GLIBC_2.99")
+    assert {"kiln1", "kiln2", "kiln3", "kiln4", "kiln5"} & set(needs[:at])
+    assert {"CXXABI_TM_1", "CXXABI_FLOAT128"} & set(needs[:at])
+    (artifact,) = audit_paths([user], AuditOptions(policy="manylinux_2_28")).artifacts
+    (check,) = [c for c in artifact.libraries[0].checks if c.id == "symbol-versions"]
+    assert check.detail == (f"{user} needs symbol versions newer than manylinux_2_28 allows "
+                            f"({_reason(artifact.target)}): GLIBC_2.34 from libc.so.6 (newest allowed GLIBC_2.28; used "
+                            "by pthread_create, pthread_join); GLIBC_2.99 from libkmix.so (newest allowed GLIBC_2.28; "
+                            "used by kiln_y2).")
+
+
+def test_a_namespace_the_policy_allows_no_version_of_says_none(built: dict[str, bytes], tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    from dataclasses import replace
+
+    from kiln_tool.audit import policy as audit_policy
+
+    policy = audit_policy.load_policy("manylinux_2_28")
+    versions = {arch: {**table, "KILN": audit_policy.VersionCeiling(None, frozenset())}
+                for arch, table in policy.symbol_versions.items()}
+    monkeypatch.setitem(audit_policy._CACHE, "manylinux_2_28", replace(policy, symbol_versions=versions))
+    wheel = make_wheel(tmp_path, {"kilntest/libkprov.so": built["newer"], "kilntest/libuse.so": built["plain"]})
+    (artifact,) = audit_paths([wheel], AuditOptions(policy="manylinux_2_28")).artifacts
+    (library,) = [lib for lib in artifact.libraries if lib.path == "kilntest/libuse.so"]
+    (check,) = [c for c in library.checks if c.id == "symbol-versions"]
+    assert check.detail == ("kilntest/libuse.so needs symbol versions newer than manylinux_2_28 allows "
+                            f"({_reason(artifact.target)}): KILN_2.0 from libkprov.so (newest allowed KILN_none; used "
+                            "by kiln_plain).")
