@@ -634,3 +634,32 @@ def test_a_namespace_the_policy_allows_no_version_of_says_none(built: dict[str, 
     assert check.detail == ("kilntest/libuse.so needs symbol versions newer than manylinux_2_28 allows "
                             f"({_reason(artifact.target)}): KILN_2.0 from libkprov.so (newest allowed KILN_none; used "
                             "by kiln_plain).")
+
+
+def test_libraries_a_declared_dependency_ships_are_named_and_the_rest_still_missing(tmp_path: Path) -> None:
+    site = tmp_path / "venv" / "lib" / "python3.11" / "site-packages"
+    (site / "torch" / "lib").mkdir(parents=True)
+    (site / "torch" / "version.py").write_text("__version__ = '9.3.0+cpu'\n")
+    _one_function(site / "torch" / "lib", "libc10.so", "c10_unused").rename(site / "torch" / "lib" / "libc10.so")
+    shipped = [_one_function(tmp_path, f"libkdep{x}.so", f"kdep{x}_f") for x in "ab"]
+    (site / "kilndep" / "lib").mkdir(parents=True)
+    for lib in shipped:
+        (site / "kilndep" / "lib" / lib.name).write_bytes(lib.read_bytes())
+    (site / "kilndep-1.0.dist-info").mkdir()
+    (site / "kilndep-1.0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: kilndep\nVersion: 1.0\n")
+    (site / "kilndep-1.0.dist-info" / "RECORD").write_text("".join(f"kilndep/lib/{lib.name},,\n" for lib in shipped))
+    gone = _one_function(tmp_path, "libkgone.so", "kgone_f")
+    user = _so(tmp_path, "libuse.so", _uses("kdepa_f", "kdepb_f", "kgone_f"), *(f"-L{lib.parent}" for lib in
+               [*shipped, gone]), "-Wl,--no-as-needed", "-l:libkdepa.so", "-l:libkdepb.so", "-l:libkgone.so")
+    wheel = make_wheel(tmp_path, {"kilntest/libuse.so": user.read_bytes()}, requires=("kilndep>=1",))
+    results = _audit(wheel, "kilntest/libuse.so", AuditOptions(torch_lib=site / "torch" / "lib"))
+    assert results["dependency"].detail == (
+        "kilntest/libuse.so needs libkdepa.so, which the declared dependency kilndep 1.0 (Requires-Dist: kilndep>=1) "
+        "ships; libkdepb.so, which the declared dependency kilndep 1.0 (Requires-Dist: kilndep>=1) ships: no RUNPATH "
+        "of it reaches that library, so it loads only after the package has loaded it (ctypes preload, import "
+        "order); its symbols were not checked.")
+    # The unversioned symbols could be any missing library's: all are left to the one still missing.
+    left = ", ".join(_undefined_order(user.read_bytes(), ["kdepa_f", "kdepb_f", "kgone_f"]))
+    assert results["undefined-symbols"].detail == (
+        "kilntest/libuse.so: needed libraries not found in the installed layout: libkgone.so (3 undefined symbol(s) "
+        f"that no library found provides are left to them: {left}).")
