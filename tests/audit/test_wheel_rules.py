@@ -13,7 +13,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from audit_corpus import PY_SUFFIX, Corpus, make_wheel, record_line
+from audit_corpus import PY_SUFFIX, Corpus, installed_torch, make_wheel, record_line
 
 from kiln_tool.audit import AuditOptions, CheckResult, audit_paths
 from kiln_tool.audit.context import ReleaseRule
@@ -604,15 +604,9 @@ def test_the_local_version_names_the_build_torch_and_cuda(tmp_path: Path, torch_
 
 
 def _torch_site(root: Path, corpus: Corpus, wheel_tag: str | None) -> Path:
-    """torch 9.3.0+cpu installed under root (torch/version.py, torch/lib), with its dist-info WHEEL if tagged."""
-    site = root / "lib" / "python3.11" / "site-packages"
-    (site / "torch" / "lib").mkdir(parents=True)
-    (site / "torch" / "version.py").write_text("__version__ = '9.3.0+cpu'\n")
-    (site / "torch" / "lib" / "libc10.so").write_bytes(corpus["libplain.so"].read_bytes())
-    if wheel_tag is not None:
-        (site / "torch-9.3.0.dist-info").mkdir()
-        (site / "torch-9.3.0.dist-info" / "WHEEL").write_text(f"Wheel-Version: 1.0\nTag: {wheel_tag}\n")
-    return site / "torch" / "lib"
+    """torch 9.3.0+cpu installed under root, with its dist-info WHEEL if tagged."""
+    return installed_torch(root / "lib" / "python3.11" / "site-packages", "9.3.0+cpu",
+                           {"libc10.so": corpus["libplain.so"].read_bytes()}, wheel_tag)
 
 
 def test_a_torch_without_platform_tags_leaves_the_floor_unknown(tmp_path: Path, corpus: Corpus) -> None:
