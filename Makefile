@@ -97,10 +97,10 @@ gpu-carry: dev-venv
 	rm -rf .gpu_carry && mkdir -p .gpu_carry/tools .gpu_carry/stable
 	$(VPY) -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
 	  -d .gpu_carry/tools scikit-build-core==1.1.2 pyelftools==0.33
-	OPKILN_ABI_MODE=stable OPKILN_VARIANT=cpu $(VPY) -m pip wheel -q --no-build-isolation --no-deps \
+	KILN_ABI_MODE=stable KILN_VARIANT=cpu $(VPY) -m pip wheel -q --no-build-isolation --no-deps \
 	  -w .gpu_carry/stable -C build-dir=build/stable-cpu .
 	$(KILN) wheels --variant cu130
-	OPKILN_ABI_MODE=stable OPKILN_VARIANT=cuda .venvs/torch2.14-cu130-py3.11/bin/python -m pip wheel -q \
+	KILN_ABI_MODE=stable KILN_VARIANT=cuda .venvs/torch2.14-cu130-py3.11/bin/python -m pip wheel -q \
 	  --no-build-isolation --no-deps -w .gpu_carry/stable -C build-dir=build/stable-cu130 .
 
 clean:

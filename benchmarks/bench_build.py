@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     if cuda and archs is None:
         info = json.loads(subprocess.run([str(python), "-m", "kiln_tool.build_config", "--format", "json"],
                                          env=clean_env({"PYTHONPATH": str(REPO / "src"),
-                                                        "OPKILN_VARIANT": "cuda"}),
+                                                        "KILN_VARIANT": "cuda"}),
                                          capture_output=True, text=True, check=True).stdout)
         matrix = json.loads((REPO / "data" / "matrix.json").read_text())
         listed = list(matrix["cuda_archs"][info["torch"]["cuda"]]["x86_64"])
@@ -112,10 +112,10 @@ def main(argv: list[str] | None = None) -> int:
     # on its own when it finds one, so the cache is switched off for both paths.
     common = {"MAX_JOBS": str(args.jobs), "CMAKE_BUILD_PARALLEL_LEVEL": str(args.jobs), "CCACHE_DISABLE": "1"}
     if cuda:
-        common.update({"TORCH_CUDA_ARCH_LIST": archs or "", "OPKILN_CUDA_ARCHS": archs or "",
+        common.update({"TORCH_CUDA_ARCH_LIST": archs or "", "KILN_CUDA_ARCHS": archs or "",
                        "CUDA_HOME": os.environ.get("CUDA_HOME", "/usr/local/cuda-13.0")})
-    ours_env = clean_env({**common, "OPKILN_VARIANT": "cuda" if cuda else "cpu",
-                          **({"OPKILN_CUDA_ARCHS": archs} if cuda and archs else {})})
+    ours_env = clean_env({**common, "KILN_VARIANT": "cuda" if cuda else "cpu",
+                          **({"KILN_CUDA_ARCHS": archs} if cuda and archs else {})})
 
     def ours(build_dir: Path, env: dict[str, str]) -> float:
         out = work / "wheels"

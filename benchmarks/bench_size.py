@@ -48,7 +48,7 @@ def measure(wheel: Path) -> dict[str, Any]:
 
 def build(python: Path, spec: BuildSpec, work: Path, label: str, compression: bool) -> Path:
     """The shipped build (kiln's pipeline.build_wheel), with or without fatbin compression."""
-    extra = {} if compression else {"OPKILN_FATBIN_COMPRESSION": "off"}
+    extra = {} if compression else {"KILN_FATBIN_COMPRESSION": "off"}
     return build_wheel(python, spec, work / label, work / f"{label}.log", work / f"build-{label}", extra)
 
 

@@ -9,30 +9,30 @@ function(opkiln_write_build_info target)
     list(JOIN OPKILN_CUDA_ARCH_LIST " " _archs)
     list(JOIN CMAKE_CUDA_ARCHITECTURES " " _cmake_archs)
     list(APPEND cuda_args
-      --cuda "${OPKILN_TORCH_CUDA}"
+      --cuda "${KILN_TORCH_CUDA}"
       --nvcc-version "${CMAKE_CUDA_COMPILER_VERSION}"
       --cuda-archs "${_archs}"
       --cuda-flags "${CMAKE_CUDA_FLAGS} ${CMAKE_CUDA_FLAGS_RELEASE} ${_cmake_archs}")
   endif()
   set(suffix "${Python_SOABI}")
   set(stable_args "")
-  if(OPKILN_ABI_MODE STREQUAL "stable")
+  if(KILN_ABI_MODE STREQUAL "stable")
     set(suffix "${Python_SOSABI}")
-    list(APPEND stable_args --torch-min "${OPKILN_STABLE_TORCH_MIN}")
+    list(APPEND stable_args --torch-min "${KILN_STABLE_TORCH_MIN}")
   endif()
-  # The op manifest: the ops ops/CMakeLists.txt found (OPKILN_OPS), each one's schemas.
-  list(JOIN OPKILN_OPS " " _ops)
+  # The op manifest: the ops ops/CMakeLists.txt found (KILN_OPS), each one's schemas.
+  list(JOIN KILN_OPS " " _ops)
   execute_process(
-    COMMAND "${CMAKE_COMMAND}" -E env "PYTHONPATH=${OPKILN_SOURCE_DIR}/src"
+    COMMAND "${CMAKE_COMMAND}" -E env "PYTHONPATH=${KILN_SOURCE_DIR}/src"
             "${Python_EXECUTABLE}" -m kiln_tool.build_info
             --output "${out}"
             --ops "${_ops}"
-            --source-dir "${OPKILN_SOURCE_DIR}"
-            --version "${OPKILN_WHEEL_VERSION}"
-            --torch-version "${OPKILN_TORCH_VERSION}"
-            --abi-mode "${OPKILN_ABI_MODE}"
-            --cxx11-abi "${OPKILN_TORCH_CXX11_ABI}"
-            --cxx-standard "${OPKILN_TORCH_CXX_STANDARD}"
+            --source-dir "${KILN_SOURCE_DIR}"
+            --version "${KILN_WHEEL_VERSION}"
+            --torch-version "${KILN_TORCH_VERSION}"
+            --abi-mode "${KILN_ABI_MODE}"
+            --cxx11-abi "${KILN_TORCH_CXX11_ABI}"
+            --cxx-standard "${KILN_TORCH_CXX_STANDARD}"
             --compiler "${CMAKE_CXX_COMPILER_ID} ${CMAKE_CXX_COMPILER_VERSION}"
             --cxx-flags "${CMAKE_CXX_FLAGS} ${CMAKE_CXX_FLAGS_RELEASE}"
             --cmake-version "${CMAKE_VERSION}"
@@ -58,7 +58,7 @@ function(opkiln_write_sbom build_info)
     set(nvcc_version "${CMAKE_CUDA_COMPILER_VERSION}")
   endif()
   execute_process(
-    COMMAND "${CMAKE_COMMAND}" -E env "PYTHONPATH=${OPKILN_SOURCE_DIR}/src"
+    COMMAND "${CMAKE_COMMAND}" -E env "PYTHONPATH=${KILN_SOURCE_DIR}/src"
             "${Python_EXECUTABLE}" -m kiln_tool.sbom
             --build-info "${build_info}"
             --output "${sbom}"

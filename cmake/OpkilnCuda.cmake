@@ -3,13 +3,13 @@
 # CUDA language is enabled.
 #
 # Arch list: data/matrix.json, keyed by the CUDA version torch was built with
-# and the processor; OPKILN_CUDA_ARCHS (TORCH_CUDA_ARCH_LIST syntax, e.g.
+# and the processor; KILN_CUDA_ARCHS (TORCH_CUDA_ARCH_LIST syntax, e.g.
 # "8.0;9.0;12.0+PTX") overrides it. SASS for each arch; PTX for the newest
 # (or for each arch marked +PTX in an override).
 
 function(_opkiln_find_nvcc out_nvcc out_root)
   set(candidates "")
-  foreach(var CUDACXX OPKILN_CUDA_HOME CUDA_HOME CUDA_PATH)
+  foreach(var CUDACXX KILN_CUDA_HOME CUDA_HOME CUDA_PATH)
     if(DEFINED ENV{${var}} AND NOT "$ENV{${var}}" STREQUAL "")
       if(var STREQUAL "CUDACXX")
         list(APPEND candidates "$ENV{${var}}")
@@ -69,7 +69,7 @@ function(opkiln_archs_to_cmake torch_list out)
 endfunction()
 
 function(opkiln_arch_list_from_data cuda_version out)
-  file(READ "${OPKILN_SOURCE_DIR}/data/matrix.json" matrix)
+  file(READ "${KILN_SOURCE_DIR}/data/matrix.json" matrix)
   cmake_host_system_information(RESULT host_proc QUERY OS_PLATFORM)
   if(host_proc MATCHES "^(aarch64|arm64|ARM64)$")
     set(proc aarch64)
@@ -78,7 +78,7 @@ function(opkiln_arch_list_from_data cuda_version out)
   endif()
   string(JSON n ERROR_VARIABLE err LENGTH "${matrix}" cuda_archs "${cuda_version}" ${proc})
   if(err)
-    message(FATAL_ERROR "opkiln: data/matrix.json has no CUDA arch list for CUDA ${cuda_version} on ${proc} (${err}); add it or set OPKILN_CUDA_ARCHS")
+    message(FATAL_ERROR "opkiln: data/matrix.json has no CUDA arch list for CUDA ${cuda_version} on ${proc} (${err}); add it or set KILN_CUDA_ARCHS")
   endif()
   set(archs "")
   math(EXPR last "${n} - 1")
@@ -96,34 +96,34 @@ macro(opkiln_setup_cuda)
   _opkiln_find_nvcc(_nvcc _cuda_root)
   if(NOT _nvcc)
     message(FATAL_ERROR
-      "opkiln: a CUDA build was asked for (torch ${OPKILN_TORCH_VERSION} uses CUDA ${OPKILN_TORCH_CUDA}), "
-      "but no usable nvcc was found (looked at $CUDACXX, $OPKILN_CUDA_HOME, $CUDA_HOME, $CUDA_PATH, PATH, /usr/local/cuda). "
-      "Install the CUDA ${OPKILN_TORCH_CUDA} toolkit and point CUDA_HOME at it, or build CPU kernels on purpose with OPKILN_VARIANT=cpu.")
+      "opkiln: a CUDA build was asked for (torch ${KILN_TORCH_VERSION} uses CUDA ${KILN_TORCH_CUDA}), "
+      "but no usable nvcc was found (looked at $CUDACXX, $KILN_CUDA_HOME, $CUDA_HOME, $CUDA_PATH, PATH, /usr/local/cuda). "
+      "Install the CUDA ${KILN_TORCH_CUDA} toolkit and point CUDA_HOME at it, or build CPU kernels on purpose with KILN_VARIANT=cpu.")
   endif()
   execute_process(COMMAND "${_nvcc}" --version OUTPUT_VARIABLE _nvcc_version)
   string(REGEX MATCH "release ([0-9]+)\\.([0-9]+)" _ "${_nvcc_version}")
-  set(OPKILN_NVCC_VERSION "${CMAKE_MATCH_1}.${CMAKE_MATCH_2}")
+  set(KILN_NVCC_VERSION "${CMAKE_MATCH_1}.${CMAKE_MATCH_2}")
   set(_nvcc_major "${CMAKE_MATCH_1}")
-  string(REGEX MATCH "^[0-9]+" _torch_cuda_major "${OPKILN_TORCH_CUDA}")
+  string(REGEX MATCH "^[0-9]+" _torch_cuda_major "${KILN_TORCH_CUDA}")
   if(NOT _nvcc_major STREQUAL _torch_cuda_major)
-    message(FATAL_ERROR "opkiln: nvcc ${_nvcc} is CUDA ${OPKILN_NVCC_VERSION} but torch ${OPKILN_TORCH_VERSION} was built with CUDA ${OPKILN_TORCH_CUDA}; the major versions must match")
+    message(FATAL_ERROR "opkiln: nvcc ${_nvcc} is CUDA ${KILN_NVCC_VERSION} but torch ${KILN_TORCH_VERSION} was built with CUDA ${KILN_TORCH_CUDA}; the major versions must match")
   endif()
   set(CMAKE_CUDA_COMPILER "${_nvcc}")
   set(CUDAToolkit_ROOT "${_cuda_root}")
-  if(DEFINED ENV{OPKILN_CUDA_ARCHS} AND NOT "$ENV{OPKILN_CUDA_ARCHS}" STREQUAL "")
-    set(OPKILN_CUDA_ARCH_LIST "$ENV{OPKILN_CUDA_ARCHS}")
-    set(OPKILN_CUDA_ARCH_SOURCE "OPKILN_CUDA_ARCHS")
+  if(DEFINED ENV{KILN_CUDA_ARCHS} AND NOT "$ENV{KILN_CUDA_ARCHS}" STREQUAL "")
+    set(OPKILN_CUDA_ARCH_LIST "$ENV{KILN_CUDA_ARCHS}")
+    set(KILN_CUDA_ARCH_SOURCE "KILN_CUDA_ARCHS")
   else()
-    opkiln_arch_list_from_data("${OPKILN_TORCH_CUDA}" OPKILN_CUDA_ARCH_LIST)
-    set(OPKILN_CUDA_ARCH_SOURCE "data/matrix.json")
+    opkiln_arch_list_from_data("${KILN_TORCH_CUDA}" OPKILN_CUDA_ARCH_LIST)
+    set(KILN_CUDA_ARCH_SOURCE "data/matrix.json")
   endif()
   opkiln_archs_to_cmake("${OPKILN_CUDA_ARCH_LIST}" CMAKE_CUDA_ARCHITECTURES)
-  # Fatbin compression (zstd, SASS and PTX) is on; OPKILN_FATBIN_COMPRESSION=off
+  # Fatbin compression (zstd, SASS and PTX) is on; KILN_FATBIN_COMPRESSION=off
   # exists for the size benchmark only.
-  if("$ENV{OPKILN_FATBIN_COMPRESSION}" STREQUAL "off")
-    set(OPKILN_CUDA_COMPRESS_FLAGS "--compress-mode=none")
+  if("$ENV{KILN_FATBIN_COMPRESSION}" STREQUAL "off")
+    set(KILN_CUDA_COMPRESS_FLAGS "--compress-mode=none")
   else()
-    set(OPKILN_CUDA_COMPRESS_FLAGS "--compress-mode=size;-Xfatbin=-compress-all")
+    set(KILN_CUDA_COMPRESS_FLAGS "--compress-mode=size;-Xfatbin=-compress-all")
   endif()
-  message(STATUS "opkiln: nvcc ${_nvcc} (CUDA ${OPKILN_NVCC_VERSION}), archs ${OPKILN_CUDA_ARCH_LIST} from ${OPKILN_CUDA_ARCH_SOURCE} -> ${CMAKE_CUDA_ARCHITECTURES}")
+  message(STATUS "opkiln: nvcc ${_nvcc} (CUDA ${KILN_NVCC_VERSION}), archs ${OPKILN_CUDA_ARCH_LIST} from ${KILN_CUDA_ARCH_SOURCE} -> ${CMAKE_CUDA_ARCHITECTURES}")
 endmacro()

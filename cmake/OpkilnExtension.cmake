@@ -5,20 +5,20 @@
 # opkiln_finish_extension(<target> [ARCH_CHECK_SOURCE <path to arch_check.cu>])
 function(opkiln_finish_extension target)
   cmake_parse_arguments(PARSE_ARGV 1 arg "" "ARCH_CHECK_SOURCE" "")
-  _opkiln_language_options(${target} ${OPKILN_TORCH_CXX_STANDARD} "${arg_ARCH_CHECK_SOURCE}")
+  _opkiln_language_options(${target} ${KILN_TORCH_CXX_STANDARD} "${arg_ARCH_CHECK_SOURCE}")
 
   set(runpath "$ORIGIN" "$ORIGIN/../torch/lib")
   if(OPKILN_WITH_CUDA)
     # Where torch's CUDA runtime wheels put libcudart: nvidia/cu13/lib from CUDA 13,
     # nvidia/cuda_runtime/lib before. torch has loaded it already; this is the fallback.
-    string(REGEX MATCH "^[0-9]+" cuda_major "${OPKILN_TORCH_CUDA}")
+    string(REGEX MATCH "^[0-9]+" cuda_major "${KILN_TORCH_CUDA}")
     if(cuda_major GREATER_EQUAL 13)
       list(APPEND runpath "$ORIGIN/../nvidia/cu${cuda_major}/lib")
     else()
       list(APPEND runpath "$ORIGIN/../nvidia/cuda_runtime/lib")
     endif()
   endif()
-  opkiln_harden(${target} VERSION_SCRIPT "${OPKILN_SOURCE_DIR}/ops/opkiln.map" RUNPATH ${runpath})
+  opkiln_harden(${target} VERSION_SCRIPT "${KILN_SOURCE_DIR}/ops/opkiln.map" RUNPATH ${runpath})
   install(TARGETS ${target} LIBRARY DESTINATION opkiln)
 endfunction()
 
@@ -31,7 +31,7 @@ function(_opkiln_language_options target standard arch_check_source)
     set_target_properties(${target} PROPERTIES CUDA_STANDARD ${standard} CUDA_STANDARD_REQUIRED ON)
     # Compressed fatbins; no -lineinfo in release builds (it embeds absolute paths).
     target_compile_options(${target} PRIVATE
-      "$<$<COMPILE_LANGUAGE:CUDA>:${OPKILN_CUDA_COMPRESS_FLAGS};--expt-relaxed-constexpr>")
+      "$<$<COMPILE_LANGUAGE:CUDA>:${KILN_CUDA_COMPRESS_FLAGS};--expt-relaxed-constexpr>")
     _opkiln_cuda_sources_options(${target} "${arch_check_source}")
   endif()
 endfunction()
@@ -46,7 +46,7 @@ function(_opkiln_cuda_sources_options target arch_check_source)
   foreach(source IN LISTS target_sources)
     if(source MATCHES "\\.cu$")
       get_filename_component(absolute "${source}" ABSOLUTE)
-      file(RELATIVE_PATH relative "${OPKILN_SOURCE_DIR}" "${absolute}")
+      file(RELATIVE_PATH relative "${KILN_SOURCE_DIR}" "${absolute}")
       set_property(SOURCE "${source}" TARGET_DIRECTORY ${target} APPEND PROPERTY COMPILE_OPTIONS
         "-Xcudafe=--orig_src_path_name=${relative}")
     endif()
@@ -60,8 +60,8 @@ function(_opkiln_cuda_sources_options target arch_check_source)
 endfunction()
 
 # The C++ standard of the kernel cores: fixed, never the torch's (a torch that needs a newer one
-# raises OPKILN_TORCH_CXX_STANDARD for the bindings only).
-set(OPKILN_KERNEL_CXX_STANDARD 20)
+# raises KILN_TORCH_CXX_STANDARD for the bindings only).
+set(KILN_KERNEL_CXX_STANDARD 20)
 
 # opkiln_add_kernel_cores(<target> SOURCES <files...> [ARCH_CHECK_SOURCE <path to arch_check.cu>])
 #   The kernel cores (ops/<op>/*.cpp but binding.cpp, ops/<op>/*.cu, ops/common/*.cpp and *.cu) as one OBJECT
@@ -72,10 +72,10 @@ set(OPKILN_KERNEL_CXX_STANDARD 20)
 function(opkiln_add_kernel_cores target)
   cmake_parse_arguments(PARSE_ARGV 1 arg "" "ARCH_CHECK_SOURCE" "SOURCES")
   add_library(${target} OBJECT ${arg_SOURCES})
-  target_include_directories(${target} PRIVATE "${OPKILN_SOURCE_DIR}/ops")
-  _opkiln_language_options(${target} ${OPKILN_KERNEL_CXX_STANDARD} "${arg_ARCH_CHECK_SOURCE}")
+  target_include_directories(${target} PRIVATE "${KILN_SOURCE_DIR}/ops")
+  _opkiln_language_options(${target} ${KILN_KERNEL_CXX_STANDARD} "${arg_ARCH_CHECK_SOURCE}")
   # The one torch fact a core's objects must share with the bindings: std::string's and
   # std::vector's ABI across the boundary (1 for every torch this project builds).
-  target_compile_definitions(${target} PRIVATE _GLIBCXX_USE_CXX11_ABI=${OPKILN_TORCH_CXX11_ABI})
+  target_compile_definitions(${target} PRIVATE _GLIBCXX_USE_CXX11_ABI=${KILN_TORCH_CXX11_ABI})
   opkiln_harden_compile(${target})
 endfunction()

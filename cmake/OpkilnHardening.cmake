@@ -38,9 +38,9 @@ function(opkiln_harden target)
     "LINKER:--enable-new-dtags"
     "LINKER:--build-id=sha1")
   set(host_maps "-ffile-prefix-map=${CMAKE_BINARY_DIR}/=build/")
-  if(OPKILN_TORCH_ROOT)
+  if(KILN_TORCH_ROOT)
     # torch's headers name themselves in __FILE__ (TORCH_CHECK, c10 macros): torch/..., not the build venv.
-    list(APPEND host_maps "-ffile-prefix-map=${OPKILN_TORCH_ROOT}/=torch/")
+    list(APPEND host_maps "-ffile-prefix-map=${KILN_TORCH_ROOT}/=torch/")
   endif()
   opkiln_harden_compile(${target} PREFIX_MAPS ${host_maps})
 endfunction()
@@ -56,7 +56,7 @@ function(opkiln_harden_compile target)
     CXX_VISIBILITY_PRESET hidden
     CUDA_VISIBILITY_PRESET hidden
     VISIBILITY_INLINES_HIDDEN ON)
-  set(host_maps "-ffile-prefix-map=${OPKILN_SOURCE_DIR}/=opkiln/" ${arg_PREFIX_MAPS})
+  set(host_maps "-ffile-prefix-map=${KILN_SOURCE_DIR}/=opkiln/" ${arg_PREFIX_MAPS})
   target_compile_options(${target} PRIVATE
     "$<$<COMPILE_LANGUAGE:CXX>:${host_maps}>"
     "$<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=$<JOIN:${host_maps},,>>")

@@ -1,7 +1,7 @@
-# The LibTorch stable-ABI build (OPKILN_ABI_MODE=stable).
+# The LibTorch stable-ABI build (KILN_ABI_MODE=stable).
 #
 # One wheel per CUDA variant serves every torch from the floor
-# (OPKILN_STABLE_TORCH_MIN, kiln_tool.build_metadata.STABLE_ABI_MIN_TORCH) on
+# (KILN_STABLE_TORCH_MIN, kiln_tool.build_metadata.STABLE_ABI_MIN_TORCH) on
 # and every CPython >= 3.10:
 #   - TORCH_STABLE_ONLY: any non-stable torch header is a compile error;
 #   - TORCH_TARGET_VERSION = the floor: the stable headers then use only the
@@ -21,23 +21,23 @@ endfunction()
 
 # opkiln::torch_stable: torch's include dir, the stable-only defines and libtorch_cpu.
 function(opkiln_add_stable_torch_targets)
-  if(NOT OPKILN_STABLE_TORCH_MIN)
-    message(FATAL_ERROR "opkiln: OPKILN_STABLE_TORCH_MIN is not set (kiln_tool.build_config sets it)")
+  if(NOT KILN_STABLE_TORCH_MIN)
+    message(FATAL_ERROR "opkiln: KILN_STABLE_TORCH_MIN is not set (kiln_tool.build_config sets it)")
   endif()
-  if(OPKILN_TORCH_PUBLIC_VERSION VERSION_LESS OPKILN_STABLE_TORCH_MIN)
-    message(FATAL_ERROR "opkiln: a stable-ABI build needs torch >= ${OPKILN_STABLE_TORCH_MIN} headers, "
-                        "this venv has torch ${OPKILN_TORCH_VERSION}")
+  if(KILN_TORCH_PUBLIC_VERSION VERSION_LESS KILN_STABLE_TORCH_MIN)
+    message(FATAL_ERROR "opkiln: a stable-ABI build needs torch >= ${KILN_STABLE_TORCH_MIN} headers, "
+                        "this venv has torch ${KILN_TORCH_VERSION}")
   endif()
-  set(lib "${OPKILN_TORCH_LIB_DIR}/libtorch_cpu.so")
+  set(lib "${KILN_TORCH_LIB_DIR}/libtorch_cpu.so")
   if(NOT EXISTS "${lib}")
     message(FATAL_ERROR "opkiln: ${lib} is missing")
   endif()
-  list(GET OPKILN_TORCH_INCLUDE_DIRS 0 include_dir)
+  list(GET KILN_TORCH_INCLUDE_DIRS 0 include_dir)
   if(NOT EXISTS "${include_dir}/torch/csrc/stable/library.h")
-    message(FATAL_ERROR "opkiln: torch ${OPKILN_TORCH_VERSION} has no stable-ABI headers (${include_dir}/torch/csrc/stable)")
+    message(FATAL_ERROR "opkiln: torch ${KILN_TORCH_VERSION} has no stable-ABI headers (${include_dir}/torch/csrc/stable)")
   endif()
-  opkiln_torch_version_hex("${OPKILN_STABLE_TORCH_MIN}" target_version)
-  set(OPKILN_TORCH_TARGET_VERSION "${target_version}" PARENT_SCOPE)
+  opkiln_torch_version_hex("${KILN_STABLE_TORCH_MIN}" target_version)
+  set(KILN_TORCH_TARGET_VERSION "${target_version}" PARENT_SCOPE)
 
   add_library(opkiln_torch_stable INTERFACE)
   add_library(opkiln::torch_stable ALIAS opkiln_torch_stable)
@@ -50,6 +50,6 @@ function(opkiln_add_stable_torch_targets)
     target_link_libraries(opkiln_torch_stable INTERFACE CUDA::cudart)
     target_compile_definitions(opkiln_torch_stable INTERFACE OPKILN_WITH_CUDA=1)
   endif()
-  message(STATUS "opkiln: stable ABI: TORCH_TARGET_VERSION=${target_version} (torch >= ${OPKILN_STABLE_TORCH_MIN}), "
-                 "headers of torch ${OPKILN_TORCH_VERSION}, linked to libtorch_cpu only")
+  message(STATUS "opkiln: stable ABI: TORCH_TARGET_VERSION=${target_version} (torch >= ${KILN_STABLE_TORCH_MIN}), "
+                 "headers of torch ${KILN_TORCH_VERSION}, linked to libtorch_cpu only")
 endfunction()

@@ -5,7 +5,7 @@
 #   scripts/gpu_check.sh [CARRY_DIR]
 #
 # 1. builds the per-torch wheel against the machine's own torch with
-#    --no-build-isolation (OPKILN_CUDA_ARCHS, default: this GPU's arch + PTX),
+#    --no-build-isolation (KILN_CUDA_ARCHS, default: this GPU's arch + PTX),
 # 2. installs it beside that torch and runs the op tests (GPU ones included) and
 #    the GPU-arch preflight test,
 # 3. runs the kernel benchmark (benchmarks/bench_kernels.py),
@@ -50,10 +50,10 @@ if [ -n "$carry" ] && ls "$carry"/tools/*.whl > /dev/null 2>&1; then
 fi
 export PYTHONPATH=$site
 
-archs=${OPKILN_CUDA_ARCHS:-$("$python" -c "import torch; m, n = torch.cuda.get_device_capability(); print(f'{m}.{n}+PTX')")}
+archs=${KILN_CUDA_ARCHS:-$("$python" -c "import torch; m, n = torch.cuda.get_device_capability(); print(f'{m}.{n}+PTX')")}
 wheels=/tmp/gpu-check-wheels
 rm -rf "$wheels" /tmp/gpu-check-opkiln
-stage build 420 env OPKILN_VARIANT=cuda OPKILN_CUDA_ARCHS="$archs" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
+stage build 420 env KILN_VARIANT=cuda KILN_CUDA_ARCHS="$archs" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
   "$python" -m pip wheel --no-build-isolation --no-deps -v -w "$wheels" -C build-dir=/tmp/gpu-check-build "$repo"
 wheel=$(ls "$wheels"/opkiln-*.whl 2>/dev/null | head -n 1)
 if [ -n "$wheel" ]; then

@@ -32,7 +32,7 @@ def build_test_wheel(name: str, python: Path, cuda_tag: str, env: dict[str, str]
 
     The wheel goes to tests/_artifacts/wheels-<name>, replacing what an earlier session
     left there (it may predate the sources). `env` adds to the combination's build
-    environment, e.g. OPKILN_ABI_MODE=stable or OPKILN_CUDA_ARCHS.
+    environment, e.g. KILN_ABI_MODE=stable or KILN_CUDA_ARCHS.
     """
     (spec,) = [s for s in local_builds() if s.cuda == cuda_tag]
     out = ARTIFACTS / f"wheels-{name}"
@@ -74,23 +74,23 @@ def cuda_wheel() -> Path:
 
 @pytest.fixture(scope="session")
 def cpu214_wheel() -> Path:
-    """CPU kernels built on purpose against the CUDA torch 2.14.1 (OPKILN_VARIANT=cpu): +pt214cpu."""
-    return build_test_wheel("cpu214", _cu130_python(), "cu130", {"OPKILN_VARIANT": "cpu"})
+    """CPU kernels built on purpose against the CUDA torch 2.14.1 (KILN_VARIANT=cpu): +pt214cpu."""
+    return build_test_wheel("cpu214", _cu130_python(), "cu130", {"KILN_VARIANT": "cpu"})
 
 
 @pytest.fixture(scope="session")
 def stable_cpu_wheel() -> Path:
     """The CPU stable-ABI wheel (opkiln-<v>+cpu-cp310-abi3-linux_x86_64.whl), built with the dev venv's torch."""
-    return build_test_wheel("stable-cpu", Path(sys.executable), "cpu", {"OPKILN_ABI_MODE": "stable"})
+    return build_test_wheel("stable-cpu", Path(sys.executable), "cpu", {"KILN_ABI_MODE": "stable"})
 
 
 @pytest.fixture(scope="session")
 def stable_cu130_wheel() -> Path:
     """The CUDA 13.0 stable-ABI wheel, built with the CUDA build venv's torch 2.14.1 headers and nvcc 13.0
-    (one arch, 9.0+PTX, unless OPKILN_CUDA_ARCHS says otherwise: the tests read the library, not the GPU code)."""
-    archs = os.environ.get("OPKILN_CUDA_ARCHS") or "9.0+PTX"
+    (one arch, 9.0+PTX, unless KILN_CUDA_ARCHS says otherwise: the tests read the library, not the GPU code)."""
+    archs = os.environ.get("KILN_CUDA_ARCHS") or "9.0+PTX"
     return build_test_wheel("stable-cu130", _cu130_python(), "cu130",
-                            {"OPKILN_ABI_MODE": "stable", "OPKILN_CUDA_ARCHS": archs})
+                            {"KILN_ABI_MODE": "stable", "KILN_CUDA_ARCHS": archs})
 
 
 @pytest.fixture(scope="session")

@@ -356,7 +356,7 @@ def run_module(module: Module, max_children: int, without: tuple[str, ...] = (),
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "MUTANT_UNDER_TEST")}
     env["PATH"] = f"{VENV / 'bin'}{os.pathsep}{env.get('PATH', '')}"
     # The audit tests' corpus (tests/audit/audit_corpus.py) is built once, not once per mutant.
-    env["OPKILN_AUDIT_CORPUS_CACHE"] = str((root / "audit-corpus").resolve())
+    env["KILN_AUDIT_CORPUS_CACHE"] = str((root / "audit-corpus").resolve())
     log = work / "mutmut.log"
     start = time.monotonic()
     with log.open("w") as fh:

@@ -518,7 +518,7 @@ def _check_gpu_archs(checks: list[Check], report: dict[str, Any], info: Mapping[
         detail.append(f"cuda:{gpu['index']} {gpu['name']} ({gpu['sm']}): " + (how or "NOT COVERED"))
         if how is None:
             status = FAIL
-            fix = (f"git clone {SOURCE_URL} && OPKILN_CUDA_ARCHS=\"{gpu['capability']}\" "
+            fix = (f"git clone {SOURCE_URL} && KILN_CUDA_ARCHS=\"{gpu['capability']}\" "
                    "pip install --no-build-isolation ./opkiln  (a build for this GPU)")
     value = "no GPU visible" if not tf.get("gpus") else ("all GPUs covered" if status != FAIL else "GPU not covered")
     checks.append(Check("GPU arch coverage", status, value, detail, fix))

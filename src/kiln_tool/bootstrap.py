@@ -31,7 +31,7 @@ KNOWN_THIRD_PARTY: tuple[str, ...] = ("elftools", "fastjsonschema", "packaging",
 
 # Set in the environment of the re-executed kiln, so that a venv which lacks the modules
 # too gets the one-line message instead of a loop.
-REEXEC_MARKER = "OPKILN_KILN_REEXEC"
+REEXEC_MARKER = "KILN_KILN_REEXEC"
 
 EXIT_ENVIRONMENT = 2
 

@@ -20,21 +20,21 @@ MIN_CXX_STANDARD = 20
 
 def config_values(torch: TorchInstall, variant: BuildVariant) -> dict[str, str]:
     return {
-        "OPKILN_TORCH_ROOT": torch.root,
-        "OPKILN_TORCH_VERSION": torch.version,
-        "OPKILN_TORCH_PUBLIC_VERSION": torch.public_version,
-        "OPKILN_TORCH_MAJOR_MINOR": torch.major_minor,
-        "OPKILN_TORCH_CUDA": torch.cuda or "",
-        "OPKILN_TORCH_INCLUDE_DIRS": ";".join(torch.include_dirs),
-        "OPKILN_TORCH_LIB_DIR": torch.lib_dir,
-        "OPKILN_TORCH_CXX11_ABI": "1" if torch.cxx11_abi else "0",
+        "KILN_TORCH_ROOT": torch.root,
+        "KILN_TORCH_VERSION": torch.version,
+        "KILN_TORCH_PUBLIC_VERSION": torch.public_version,
+        "KILN_TORCH_MAJOR_MINOR": torch.major_minor,
+        "KILN_TORCH_CUDA": torch.cuda or "",
+        "KILN_TORCH_INCLUDE_DIRS": ";".join(torch.include_dirs),
+        "KILN_TORCH_LIB_DIR": torch.lib_dir,
+        "KILN_TORCH_CXX11_ABI": "1" if torch.cxx11_abi else "0",
         # torch's own requirement, raised to the C++20 our kernels are written in.
-        "OPKILN_TORCH_CXX_STANDARD": str(max(torch.cxx_standard, MIN_CXX_STANDARD)),
+        "KILN_TORCH_CXX_STANDARD": str(max(torch.cxx_standard, MIN_CXX_STANDARD)),
         "OPKILN_WITH_CUDA": "ON" if variant.cuda else "OFF",
-        "OPKILN_VARIANT_TAG": variant.cuda_tag,
-        "OPKILN_ABI_MODE": variant.mode,
-        "OPKILN_WHEEL_VERSION": wheel_version(torch, variant),
-        "OPKILN_STABLE_TORCH_MIN": STABLE_ABI_MIN_TORCH,
+        "KILN_VARIANT_TAG": variant.cuda_tag,
+        "KILN_ABI_MODE": variant.mode,
+        "KILN_WHEEL_VERSION": wheel_version(torch, variant),
+        "KILN_STABLE_TORCH_MIN": STABLE_ABI_MIN_TORCH,
     }
 
 

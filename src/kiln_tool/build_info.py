@@ -73,7 +73,7 @@ def source_hash(source_dir: Path) -> str:
 
 
 def git_commit(source_dir: Path) -> str:
-    override = os.environ.get("OPKILN_GIT_COMMIT")
+    override = os.environ.get("KILN_GIT_COMMIT")
     if override:
         return override
     try:

@@ -396,7 +396,7 @@ def check_build_info(name: KilnName, raw: bytes, torch_pin: str) -> dict[str, An
         torch_version = Version(info["torch_version"])
     except InvalidVersion:
         raise NotAKilnWheel(f"build info: torch_version {info['torch_version'][:40]!r} is not a version") from None
-    # CPU kernels may be built against any build of the torch minor (OPKILN_VARIANT=cpu against a CUDA torch,
+    # CPU kernels may be built against any build of the torch minor (KILN_VARIANT=cpu against a CUDA torch,
     # as PyPI's aarch64 torch is); CUDA kernels only against that CUDA's torch.
     other_build = torch_version.local not in (None, cuda_tag) and cuda_tag != "cpu"
     if f"{torch_version.major}.{torch_version.minor}" != minor or other_build:

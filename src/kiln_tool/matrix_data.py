@@ -7,7 +7,7 @@ and expands it into builds:
 
 * ``torch`` mode: one wheel per torch minor x variant x platform x Python;
   one CI job per torch x variant x platform (cibuildwheel loops over Pythons).
-* ``stable`` mode (LibTorch stable ABI, ``OPKILN_ABI_MODE=stable``): one
+* ``stable`` mode (LibTorch stable ABI, ``KILN_ABI_MODE=stable``): one
   ``cp310-abi3`` wheel per variant x platform, built against the oldest torch
   at or above ``stable_abi.min_torch`` that ships the variant.
 """
@@ -413,7 +413,7 @@ def github_entry(matrix: Matrix, job: MatrixJob) -> dict[str, str]:
         "python": " ".join(job.pythons),
         "build": " ".join(job.identifiers),
         "image": job.image,
-        "opkiln_variant": "cpu" if cuda is None else "cuda",
+        "kiln_variant": "cpu" if cuda is None else "cuda",
         "torch_index": matrix.index_url(job.variant),
         "cuda": cuda or "",
         "cuda_archs": "" if cuda is None else ";".join(arch_list(matrix, cuda, job.platform)),

@@ -46,13 +46,13 @@ class BuildResult:
 def build_environment(spec: BuildSpec, extra: dict[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ)
     env.update({
-        "OPKILN_VARIANT": spec.variant_env,
+        "KILN_VARIANT": spec.variant_env,
         "SOURCE_DATE_EPOCH": source_date_epoch(),
         "CMAKE_BUILD_PARALLEL_LEVEL": env.get("CMAKE_BUILD_PARALLEL_LEVEL", str(os.cpu_count() or 2)),
         "PYTHONHASHSEED": "0",
     })
     ccache = shutil.which("ccache")
-    if ccache and env.get("OPKILN_CCACHE", "1") != "0":
+    if ccache and env.get("KILN_CCACHE", "1") != "0":
         for lang in ("C", "CXX", "CUDA"):
             env.setdefault(f"CMAKE_{lang}_COMPILER_LAUNCHER", ccache)
         # Builds of the same sources from different directories share cache hits.

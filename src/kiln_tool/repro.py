@@ -98,7 +98,7 @@ def build_once(spec: BuildSpec, python: Path, condition: Condition, out: Path, l
                epoch: str) -> Build:
     old_umask = os.umask(condition.umask)
     try:
-        env = {**condition.env, "OPKILN_CCACHE": "0", "OPKILN_GIT_COMMIT": commit,
+        env = {**condition.env, "KILN_CCACHE": "0", "KILN_GIT_COMMIT": commit,
                "SOURCE_DATE_EPOCH": epoch}
         built = build_wheel(python, spec, out / "built", log, condition.root / "build", env, source=condition.root)
         repaired = repair_wheel(built, out / "repaired", epoch)

@@ -94,11 +94,11 @@ def link_requirements(requires: list[str], cuda: bool, environment: dict[str, st
 
 def installed_link_requirements(path: list[str] | None = None, variant: str | None = None
                                 ) -> tuple[str, list[LinkRequirement]]:
-    """`variant`: OPKILN_VARIANT (default: from the environment). CPU kernels (``cpu``) link no CUDA
+    """`variant`: KILN_VARIANT (default: from the environment). CPU kernels (``cpu``) link no CUDA
     library, whatever the torch is built for."""
     import os
 
     dist = torch_distribution(path)
-    requested = (variant if variant is not None else os.environ.get("OPKILN_VARIANT", "auto")).strip().lower()
+    requested = (variant if variant is not None else os.environ.get("KILN_VARIANT", "auto")).strip().lower()
     cuda = is_cuda_torch(dist) and requested != "cpu"
     return dist.version, link_requirements(list(dist.requires or []), cuda)

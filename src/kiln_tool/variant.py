@@ -1,4 +1,4 @@
-"""Which variant a build produces, decided from OPKILN_VARIANT and the torch it builds against.
+"""Which variant a build produces, decided from KILN_VARIANT and the torch it builds against.
 
 ``auto`` (the default) matches the torch: a CUDA torch gives a CUDA build, which then
 fails loudly without a usable nvcc. ``cpu`` is the explicit way to build CPU-only
@@ -13,8 +13,8 @@ from pathlib import Path
 
 from .torch_probe import TorchInstall
 
-VARIANT_ENV = "OPKILN_VARIANT"
-MODE_ENV = "OPKILN_ABI_MODE"
+VARIANT_ENV = "KILN_VARIANT"
+MODE_ENV = "KILN_ABI_MODE"
 VARIANTS = ("auto", "cpu", "cuda")
 MODES = ("torch", "stable")
 
@@ -50,7 +50,7 @@ def resolve_variant(torch: TorchInstall, env: dict[str, str] | None = None) -> B
     if requested == "cuda" and torch.cuda is None:
         raise VariantError(
             f"{VARIANT_ENV}=cuda but torch {torch.version} at {torch.root} is a CPU build; "
-            "install a CUDA torch (e.g. torch==2.14.1) or set OPKILN_VARIANT=cpu"
+            "install a CUDA torch (e.g. torch==2.14.1) or set KILN_VARIANT=cpu"
         )
     return BuildVariant(cuda=torch.cuda, mode=mode)
 

@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[2]
 KILN = REPO / "scripts" / "kiln"
 TORCH_LIB = Path(sys.prefix) / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages" \
     / "torch" / "lib"
-NVCC = Path(os.environ.get("OPKILN_AUDIT_NVCC", "/usr/local/cuda-13.0/bin/nvcc"))
+NVCC = Path(os.environ.get("KILN_AUDIT_NVCC", "/usr/local/cuda-13.0/bin/nvcc"))
 PY_SUFFIX = f".cpython-{sys.version_info.major}{sys.version_info.minor}-x86_64-linux-gnu.so"
 
 # Sources. Each is the smallest real code that shows one defect.
@@ -209,7 +209,7 @@ def _toolchain_key() -> str:
 def _cached_corpus(cache: Path) -> Path:
     """The corpus built once into ``cache/KEY`` and reused while its sources and compilers are unchanged.
 
-    Only where OPKILN_AUDIT_CORPUS_CACHE names a folder: `make mutation` (each mutant is a new pytest run
+    Only where KILN_AUDIT_CORPUS_CACHE names a folder: `make mutation` (each mutant is a new pytest run
     that would otherwise build it again, tools/mutation.py). Built in place under a lock, complete only when
     its marker is written; a half-built one (an interrupted run) is built again."""
     import fcntl
@@ -229,7 +229,7 @@ def _cached_corpus(cache: Path) -> Path:
 def build_corpus(tmp_path_factory: pytest.TempPathFactory) -> Corpus:
     if shutil.which("gcc") is None or shutil.which("g++") is None:
         pytest.skip("gcc/g++ are needed to build the audit corpus")
-    cache = os.environ.get("OPKILN_AUDIT_CORPUS_CACHE")
+    cache = os.environ.get("KILN_AUDIT_CORPUS_CACHE")
     if cache:
         return Corpus(_cached_corpus(Path(cache)))
     return Corpus(_build_corpus(tmp_path_factory.mktemp("audit-corpus")))

@@ -16,7 +16,7 @@ from kiln_tool.audit import AuditOptions, CheckResult, audit_paths
 
 pytestmark = pytest.mark.skipif(not NVCC.exists(), reason=f"nvcc is needed ({NVCC})")
 
-SASS_FIX = ("build with CMAKE_CUDA_ARCHITECTURES / OPKILN_CUDA_ARCHS covering every requested arch "
+SASS_FIX = ("build with CMAKE_CUDA_ARCHITECTURES / KILN_CUDA_ARCHS covering every requested arch "
             "(e.g. 80-real;90a-real;120), and check nvcc's -gencode flags are not overridden.")
 PTX_FIX = ("emit PTX for the archs marked +PTX (CMake '120' instead of '120-real', nvcc -gencode "
            "arch=compute_120,code=compute_120).")

@@ -1,7 +1,7 @@
 """Real operator wheels from the registry, audited against recorded torch ABIs: every finding is in
 tests/audit/corpus/expected.json (each verified once by hand, with the command that showed it),
 and every expected finding is found. Wheels are cached outside the repo
-($OPKILN_AUDIT_CORPUS, default ~/.cache/opkiln/audit-corpus); without the registry the test skips."""
+($KILN_AUDIT_CORPUS, default ~/.cache/opkiln/audit-corpus); without the registry the test skips."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from kiln_tool.audit import AuditOptions, audit_paths
 from kiln_tool.audit import target as target_module
 
 EXPECTED = Path(__file__).resolve().parent / "corpus" / "expected.json"
-CACHE = Path(os.environ.get("OPKILN_AUDIT_CORPUS", Path.home() / ".cache" / "opkiln" / "audit-corpus"))
+CACHE = Path(os.environ.get("KILN_AUDIT_CORPUS", Path.home() / ".cache" / "opkiln" / "audit-corpus"))
 WHEELS: list[dict[str, Any]] = json.loads(EXPECTED.read_text())["wheels"]
 
 

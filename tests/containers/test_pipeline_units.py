@@ -149,7 +149,7 @@ def test_a_standin_run_asserts_exactly_its_bases_tag(tags: tuple[str, ...], ok: 
 
 def test_kiln_audit_release_refuses_a_malformed_standin_tag(tmp_path: Path) -> None:
     result = subprocess.run(["python3", str(REPO / "scripts" / "kiln"), "audit", "--release", str(tmp_path / "x.whl")],
-                            capture_output=True, text=True, env={**os.environ, "OPKILN_STANDIN_MANYLINUX": "2_34"})
+                            capture_output=True, text=True, env={**os.environ, "KILN_STANDIN_MANYLINUX": "2_34"})
     assert result.returncode == 2 and "is not like manylinux_2_34" in result.stderr
 
 

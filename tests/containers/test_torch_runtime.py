@@ -81,11 +81,11 @@ def test_kiln_torch_runtime_on_the_cpu_dev_torch() -> None:
     result = subprocess.run([*REPO_KILN, "torch-runtime"], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert result.stdout == ""
-    assert "CPU kernels (a CPU torch or OPKILN_VARIANT=cpu) link none of its runtime wheels" in result.stderr
+    assert "CPU kernels (a CPU torch or KILN_VARIANT=cpu) link none of its runtime wheels" in result.stderr
 
 
 def test_cpu_kernels_against_a_cuda_torch_link_no_runtime_wheel(tmp_path: Path) -> None:
-    """OPKILN_VARIANT=cpu builds CPU kernels against any torch: nothing of CUDA is linked or installed."""
+    """KILN_VARIANT=cpu builds CPU kernels against any torch: nothing of CUDA is linked or installed."""
     site = tmp_path / "site"
     info = site / "torch-2.14.1.dist-info"
     info.mkdir(parents=True)

@@ -63,7 +63,7 @@ def _tree(where: Path) -> Path:
 @pytest.mark.slow
 def test_every_command_of_the_doc_runs(tmp_path: Path) -> None:
     tree = _tree(tmp_path)
-    env = {k: v for k, v in os.environ.items() if k not in ("OPKILN_ABI_MODE", "OPKILN_CUDA_ARCHS", "VIRTUAL_ENV")}
+    env = {k: v for k, v in os.environ.items() if k not in ("KILN_ABI_MODE", "KILN_CUDA_ARCHS", "VIRTUAL_ENV")}
     for command in doc_commands(DOC):
         run = subprocess.run(["bash", "-c", command.text], cwd=tree, env=env, capture_output=True, text=True,
                              check=False, timeout=1200)

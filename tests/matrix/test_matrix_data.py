@@ -179,7 +179,7 @@ def test_github_entries_are_strings_and_name_the_cibuildwheel_identifiers() -> N
             assert entry["build"].split() == list(job.identifiers)
             assert entry["runner"] == RAW["platforms"][job.platform]["runner"]
             assert entry["torch_index"].endswith("/" + job.variant)
-            assert entry["opkiln_variant"] == ("cpu" if job.variant == "cpu" else "cuda")
+            assert entry["kiln_variant"] == ("cpu" if job.variant == "cpu" else "cuda")
             if job.variant != "cpu":
                 assert entry["cuda_archs"].endswith("+PTX") and entry["cuda_archs"].count("+PTX") == 1
 
@@ -219,7 +219,7 @@ def test_cmake_reads_the_same_arch_lists_as_kiln() -> None:
     proc = "aarch64" if platform.machine() in ("aarch64", "arm64") else "x86_64"
     cmake = Path(sys.executable).parent / "cmake"
     script = (
-        'set(OPKILN_SOURCE_DIR "${SRC}")\ninclude("${SRC}/cmake/OpkilnCuda.cmake")\n'
+        'set(KILN_SOURCE_DIR "${SRC}")\ninclude("${SRC}/cmake/OpkilnCuda.cmake")\n'
         'foreach(v IN LISTS VERSIONS)\n  opkiln_arch_list_from_data("${v}" out)\n'
         '  message("${v}=${out}")\nendforeach()\n'
     )

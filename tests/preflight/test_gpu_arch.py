@@ -1,7 +1,7 @@
 """On a real GPU: a wheel with no image for the GPU's arch fails with an error naming both archs.
 
 Builds two small CUDA wheels against the running torch (one arch each, via
-OPKILN_CUDA_ARCHS): SASS for an arch the GPU cannot run, and PTX it can JIT.
+KILN_CUDA_ARCHS): SASS for an arch the GPU cannot run, and PTX it can JIT.
 Each goes into a fresh venv that sees the running torch through a .pth file.
 """
 
@@ -55,7 +55,7 @@ def _build(arch: str) -> Path:
     out = ARTIFACTS / f"wheels-gpu-{tag}"
     if hits := sorted(out.glob("opkiln-*.whl")):
         return hits[-1]
-    env = dict(os.environ, OPKILN_VARIANT="cuda", OPKILN_CUDA_ARCHS=arch)
+    env = dict(os.environ, KILN_VARIANT="cuda", KILN_CUDA_ARCHS=arch)
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-q", "-w", str(out),
                     "-C", f"build-dir={ARTIFACTS / f'build-gpu-{tag}'}", str(REPO)], check=True, env=env)
     (wheel,) = sorted(out.glob("opkiln-*.whl"))

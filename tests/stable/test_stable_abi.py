@@ -1,4 +1,4 @@
-"""OPKILN_ABI_MODE=stable: one cp310-abi3 wheel that loads on every torch from the floor on.
+"""KILN_ABI_MODE=stable: one cp310-abi3 wheel that loads on every torch from the floor on.
 
 One CPU stable wheel is built per session; the same file is checked statically
 (name, metadata, build info, abi3audit, kiln audit, what its library imports)

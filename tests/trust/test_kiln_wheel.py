@@ -206,7 +206,7 @@ REAL_SHAPES = [
     dict(version="0.2.0+cpu", abi_mode="stable", python_tag="cp310", torch_requirement="torch>=2.13",
          platform="manylinux_2_28_x86_64"),
     dict(platform="manylinux_2_28_aarch64"),
-    # CPU kernels against a CUDA build of the torch minor (OPKILN_VARIANT=cpu; PyPI's aarch64 torch is one).
+    # CPU kernels against a CUDA build of the torch minor (KILN_VARIANT=cpu; PyPI's aarch64 torch is one).
     dict(platform="manylinux_2_34_aarch64", build_info_overrides={"torch_version": "2.13.0+cu130"}),
     dict(platform="manylinux_2_27_x86_64.manylinux_2_28_x86_64"),
     dict(extra_files={"opkiln.libs/libgomp-a34b3233.so.1.0.0": b"\x7fELF",

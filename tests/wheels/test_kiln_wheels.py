@@ -30,7 +30,7 @@ def test_unknown_variant_is_a_usage_error() -> None:
 def test_a_failing_build_leaves_nothing_in_dist_and_says_where(tmp_path: Path) -> None:
     dist = tmp_path / "dist"
     # A bad arch list fails at configure time: quick, and a real failure of the real build.
-    proc = kiln("wheels", "--variant", "cu130", "--dist", str(dist), env={"OPKILN_CUDA_ARCHS": "9.0;banana"})
+    proc = kiln("wheels", "--variant", "cu130", "--dist", str(dist), env={"KILN_CUDA_ARCHS": "9.0;banana"})
     assert proc.returncode == 1
     assert "failed at build" in proc.stderr
     assert "'banana' is not a CUDA arch" in proc.stderr

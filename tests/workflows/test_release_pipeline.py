@@ -93,7 +93,7 @@ def _fetch(url: str, out: Path, *extra: str) -> subprocess.CompletedProcess[str]
 
 # This machine's glibc (2.36, like the stand-in base of `kiln cibuildwheel`) gives manylinux_2_34 wheels: the
 # release audit holds them to that one tag when told so, and to the release floor otherwise.
-STANDIN = {"OPKILN_STANDIN_MANYLINUX": "manylinux_2_34"}
+STANDIN = {"KILN_STANDIN_MANYLINUX": "manylinux_2_34"}
 
 
 def _repair_command(cpu_wheel: Path, tmp: Path) -> tuple[str, Path]:
@@ -120,7 +120,7 @@ def repaired_wheel(cpu_wheel: Path, tmp_path_factory: pytest.TempPathFactory) ->
 
 @pytest.mark.parametrize(("env", "finding"), [
     ({}, "must be tagged at the release floor manylinux_2_28"),
-    ({"OPKILN_STANDIN_MANYLINUX": "manylinux_2_31"}, "built in a STAND-IN base that gives manylinux_2_31"),
+    ({"KILN_STANDIN_MANYLINUX": "manylinux_2_31"}, "built in a STAND-IN base that gives manylinux_2_31"),
 ])
 def test_the_repair_command_fails_a_wheel_above_the_release_floor(cpu_wheel: Path, tmp_path: Path,
                                                                   env: dict[str, str], finding: str) -> None:
@@ -232,7 +232,7 @@ def test_release_merges_onto_what_is_published(repaired_wheel: Path, serve: obje
     fourth = _workspace(tmp_path / "fourth", [newer])
     path = f"{bin_dir}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
     script = _release_step("scripts/kiln release")
-    env = {k: v for k, v in os.environ.items() if k != "OPKILN_STANDIN_MANYLINUX"}
+    env = {k: v for k, v in os.environ.items() if k != "KILN_STANDIN_MANYLINUX"}
     above = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=fourth, capture_output=True, text=True,
                            env={**env, "PATH": path, "GITHUB_REPOSITORY": "opkiln/opkiln", "TAG": "v9.9.9",
                                 "FAKE_PAGES_URL": served, "FAKE_EARLIER_RELEASES": "2"})
@@ -305,7 +305,7 @@ def test_release_audits_wheels_of_torches_that_are_not_installed(repaired_wheel:
     start = serve  # type: ignore[assignment]
     bin_dir = _fake_gh(tmp_path / "gh", serve)
     audit = "python scripts/kiln audit dist/*.whl"
-    only_dev_torch = {"OPKILN_AUDIT_TORCH_SEARCH": "interpreter"}
+    only_dev_torch = {"KILN_AUDIT_TORCH_SEARCH": "interpreter"}
     nothing = tmp_path / "nothing-published"
     nothing.mkdir()
     url = start(nothing)  # type: ignore[operator]
@@ -330,7 +330,7 @@ def test_release_audits_wheels_of_torches_that_are_not_installed(repaired_wheel:
     # Without the records the same wheel cannot be checked, and the audit says exactly that.
     bare = _workspace(tmp_path / "no-records", [cuda_wheel])
     (empty := tmp_path / "empty-records").mkdir()
-    refused = _bash(audit, bare, **only_dev_torch, OPKILN_TORCH_ABI_DIR=str(empty))
+    refused = _bash(audit, bare, **only_dev_torch, KILN_TORCH_ABI_DIR=str(empty))
     assert refused.returncode == 1, refused.stdout + refused.stderr
     text = " ".join(refused.stdout.split())
     assert "neither installed here nor recorded" in text and "torch 2.14.1+cu130" in text

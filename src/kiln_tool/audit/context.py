@@ -90,7 +90,7 @@ class ArtifactContext:
 class ReleaseRule:
     """`kiln audit --release`: a release wheel is tagged at the release floor (data/matrix.json
     manylinux_floor), never above it, so it installs wherever torch does. `standin_tag` (a stand-in
-    base's run, OPKILN_STANDIN_MANYLINUX): the one tag that base can give, asserted instead; such a
+    base's run, KILN_STANDIN_MANYLINUX): the one tag that base can give, asserted instead; such a
     wheel is never a release wheel."""
 
     floor: tuple[int, int]

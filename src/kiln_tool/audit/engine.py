@@ -297,7 +297,7 @@ class _Auditor:
             report.checks.append(failed(
                 "cuda-sass", f"the build info says CUDA {artifact.build_info.get('cuda')} with archs "
                 f"{artifact.archs.describe()}, but no library in the wheel carries device code (.nv_fatbin).",
-                "check that the CUDA sources were compiled into the extension (OPKILN_VARIANT=cuda)."))
+                "check that the CUDA sources were compiled into the extension (KILN_VARIANT=cuda)."))
         report.checks.extend(wheel.check_wheel_tag(artifact))
         report.checks.append(wheel.check_record(artifact.wheel))
 

@@ -73,7 +73,7 @@ def from_torch_lib(lib_dir: Path) -> TorchTarget:
     return TorchTarget(torch_version_at(lib_dir) or "unknown", lib_dir, "--torch-lib")
 
 
-SEARCH_ENV = "OPKILN_AUDIT_TORCH_SEARCH"  # "interpreter": only this interpreter's torch (as in the release job)
+SEARCH_ENV = "KILN_AUDIT_TORCH_SEARCH"  # "interpreter": only this interpreter's torch (as in the release job)
 
 
 def candidate_lib_dirs() -> list[Path]:

@@ -40,7 +40,7 @@ from typing import Any
 from .elf import ElfInvalid, ElfLibrary
 
 DATA_DIR = Path(__file__).resolve().parents[3] / "data" / "torch_abi"
-DATA_DIR_ENV = "OPKILN_TORCH_ABI_DIR"  # another folder of records (tests; a fork's own torch builds)
+DATA_DIR_ENV = "KILN_TORCH_ABI_DIR"  # another folder of records (tests; a fork's own torch builds)
 FORMAT = 1
 RUNTIME_DIR = "runtime"
 HASH_BYTES = 5

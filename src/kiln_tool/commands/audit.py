@@ -36,17 +36,17 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--release", action="store_true",
                         help="hold wheels to the release rules: every platform tag at the release floor "
                         "(data/matrix.json manylinux_floor), never above it. In a stand-in base's run "
-                        "(OPKILN_STANDIN_MANYLINUX=TAG, set by kiln cibuildwheel) the wheel must carry exactly "
+                        "(KILN_STANDIN_MANYLINUX=TAG, set by kiln cibuildwheel) the wheel must carry exactly "
                         "that base's tag instead, and is said not to be a release wheel")
     parser.add_argument("--verbose", action="store_true", help="list every passed check instead of one line per "
                         "library")
 
 
-STANDIN_ENV = "OPKILN_STANDIN_MANYLINUX"
+STANDIN_ENV = "KILN_STANDIN_MANYLINUX"
 
 
 def release_rule() -> ReleaseRule:
-    """The release floor from data/matrix.json; the stand-in's one tag from $OPKILN_STANDIN_MANYLINUX."""
+    """The release floor from data/matrix.json; the stand-in's one tag from $KILN_STANDIN_MANYLINUX."""
     import os
     import re
 

@@ -31,7 +31,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--for-wheels", action="store_true",
                         help="record the torch each built wheel's build info names, where missing")
     parser.add_argument("--out", type=Path, default=None, metavar="DIR",
-                        help="default: data/torch_abi ($OPKILN_TORCH_ABI_DIR)")
+                        help="default: data/torch_abi ($KILN_TORCH_ABI_DIR)")
 
 
 def _record(wheel: Path, extra: tuple[Path, ...], out: Path) -> None:

@@ -31,7 +31,7 @@ def execute(args: argparse.Namespace) -> int:
         print(f"kiln torch-runtime: {req.library}: {req.requirement} (torch {version}: Requires-Dist "
               f"{req.source})", file=sys.stderr)
     if not requirements:
-        print(f"kiln torch-runtime: torch {version}: CPU kernels (a CPU torch or OPKILN_VARIANT=cpu) link none "
+        print(f"kiln torch-runtime: torch {version}: CPU kernels (a CPU torch or KILN_VARIANT=cpu) link none "
               "of its runtime wheels", file=sys.stderr)
     if args.install and requirements:
         proc = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet",

@@ -31,7 +31,7 @@ from ..matrix_data import load as load_matrix
 from .engine import STATE_DIR, ContainerError, Engine, load_recipe
 from .images import Base, ensure_build_image
 
-CCACHE_HOST_DIR = Path(os.environ.get("OPKILN_CONTAINER_CCACHE", STATE_DIR.parent / "ccache-containers"))
+CCACHE_HOST_DIR = Path(os.environ.get("KILN_CONTAINER_CCACHE", STATE_DIR.parent / "ccache-containers"))
 HOST_MOUNT = "/host"  # cibuildwheel mounts the host's / here
 # Lines cibuildwheel prints when a step of a build starts (4.3.5, platforms/linux.py).
 _PHASES = (
@@ -140,19 +140,19 @@ def run_cibuildwheel(engine: Engine, base: Base, job: MatrixJob, out: Path, *, l
         f"CIBW_MANYLINUX_{arch.upper()}_IMAGE": image,
         # No bridge network here; cpu-shares keep a desktop responsive (nice does not reach containers).
         "CIBW_CONTAINER_ENGINE": "docker; create_args: --network=host --cpu-shares=512" + emulation_mounts(arch),
-        "OPKILN_TORCH_VERSION": entry["torch"],
-        "OPKILN_TORCH_INDEX": torch_index or standin_torch_index(base) or entry["torch_index"],
-        "OPKILN_VARIANT": entry["opkiln_variant"],
-        "OPKILN_ABI_MODE": entry["mode"],
+        "KILN_TORCH_VERSION": entry["torch"],
+        "KILN_TORCH_INDEX": torch_index or standin_torch_index(base) or entry["torch_index"],
+        "KILN_VARIANT": entry["kiln_variant"],
+        "KILN_ABI_MODE": entry["mode"],
         "CCACHE_DIR": f"{HOST_MOUNT}{CCACHE_HOST_DIR}",
         "SOURCE_DATE_EPOCH": source_date_epoch(),
-        "OPKILN_GIT_COMMIT": git_head(),
+        "KILN_GIT_COMMIT": git_head(),
         "DOCKER_BUILDKIT": "0",
     })
     if skip_tests:
         env["CIBW_TEST_SKIP"] = "*"
     if base.standin is not None:
-        env["OPKILN_STANDIN_MANYLINUX"] = base.standin.manylinux_tag
+        env["KILN_STANDIN_MANYLINUX"] = base.standin.manylinux_tag
         env.update(host_pip_sources())
     env.update(extra_env or {})
     exe = [str(cibuildwheel)] if cibuildwheel else [sys.executable, "-m", "cibuildwheel"]

@@ -23,7 +23,7 @@ from pathlib import Path
 from ..build_env import REPO_ROOT
 
 CONTAINERS_FILE = REPO_ROOT / "data" / "containers.json"
-STATE_DIR = Path(os.environ.get("OPKILN_CONTAINER_STATE", Path.home() / ".cache" / "opkiln" / "containers"))
+STATE_DIR = Path(os.environ.get("KILN_CONTAINER_STATE", Path.home() / ".cache" / "opkiln" / "containers"))
 
 
 class ContainerError(RuntimeError):

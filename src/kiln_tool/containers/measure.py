@@ -115,7 +115,7 @@ def compile_cost(engine: Engine, base: Base, job: MatrixJob, pythons: tuple[str,
     try:
         run = run_cibuildwheel(engine, base, job, wheels, log=log, skip_tests=True, pythons=pythons,
                                extra_env={"CCACHE_DIR": f"{HOST_MOUNT}{cache}",
-                                          "CIBW_ENVIRONMENT_LINUX": f"{launchers} OPKILN_COMPILE_METER_DIR="
+                                          "CIBW_ENVIRONMENT_LINUX": f"{launchers} KILN_COMPILE_METER_DIR="
                                                                     f"{HOST_MOUNT}{meter}"})
         builds = read_meter(meter)
     finally:

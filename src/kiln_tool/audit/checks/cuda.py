@@ -27,7 +27,7 @@ def check_cuda(ctx: LibraryContext, data: fatbin.Data) -> tuple[list[CheckResult
         results.append(failed(
             "cuda-sass", f"{ctx.member} lacks SASS for {', '.join(a.sm for a in missing_sass)}: requested "
             f"{request.describe()}; found {found.describe()}. Those GPUs would JIT from PTX at first use (or fail).",
-            "build with CMAKE_CUDA_ARCHITECTURES / OPKILN_CUDA_ARCHS covering every requested arch "
+            "build with CMAKE_CUDA_ARCHITECTURES / KILN_CUDA_ARCHS covering every requested arch "
             "(e.g. 80-real;90a-real;120), and check nvcc's -gencode flags are not overridden."))
     else:
         results.append(passed("cuda-sass", f"SASS for every requested arch; found {found.describe()}"))
