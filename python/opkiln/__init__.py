@@ -40,5 +40,5 @@ else:
     from . import ops
     from .ops import *  # noqa: F403 - the public ops are listed in ops.__all__
 
-    __version__: str = build_info()["opkiln_version"]
+    __version__: str = build_info()["version"]
     __all__ = ["OpkilnEnvironmentError", "__version__", "build_info", "ops", *ops.__all__]

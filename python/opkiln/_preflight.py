@@ -167,7 +167,7 @@ def describe_build(info: Mapping[str, Any]) -> str:
     parts = [torch_part, kernels, f"Python {info.get('python_tag')}"]
     if not is_stable(info):
         parts.append(f"C++11 ABI {_abi_text(info.get('cxx11_abi'))}")
-    return ", ".join(parts) + f"  [opkiln {info.get('opkiln_version')}]"
+    return ", ".join(parts) + f"  [{info.get('project', 'opkiln')} {info.get('version')}]"
 
 
 def describe_environment(env: Environment) -> str:

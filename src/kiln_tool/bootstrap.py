@@ -68,10 +68,31 @@ def _handles_import_errors(node: ast.Try) -> bool:
     return False
 
 
+def _version_test(test: ast.expr) -> bool | None:
+    """The value of `sys.version_info >= (X, Y)` (or <, <=, >) on this Python; None for any other test."""
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.left, ast.Attribute)
+            and test.left.attr == "version_info" and isinstance(test.left.value, ast.Name)
+            and test.left.value.id == "sys"):
+        return None
+    try:
+        wanted = ast.literal_eval(test.comparators[0])
+    except ValueError:
+        return None
+    if not isinstance(wanted, tuple):
+        return None
+    compare = {ast.GtE: tuple.__ge__, ast.Gt: tuple.__gt__, ast.Lt: tuple.__lt__, ast.LtE: tuple.__le__}
+    op = compare.get(type(test.ops[0]))
+    return None if op is None else bool(op(tuple(sys.version_info[:len(wanted)]), wanted))
+
+
 def _runtime_nodes(node: ast.AST) -> Iterator[ast.AST]:
     for child in ast.iter_child_nodes(node):
+        version = _version_test(child.test) if isinstance(child, ast.If) else None
         if isinstance(child, ast.If) and _is_type_checking(child.test):
             others: list[ast.AST] = list(child.orelse)
+        elif isinstance(child, ast.If) and version is not None:
+            # A version switch (tomllib / tomli): only the branch this Python takes imports anything.
+            others = list(child.body if version else child.orelse)
         elif isinstance(child, ast.Try) and _handles_import_errors(child):
             # The imports of its body are optional; what runs without them still counts.
             others = [*child.handlers, *child.orelse, *child.finalbody,
@@ -133,9 +154,10 @@ def third_party_imports(source_dir: Path, roots: Sequence[str]) -> set[str]:
 def command_modules(argv: Sequence[str]) -> list[str]:
     """The kiln_tool modules `kiln ARGV` loads: the CLI and the named command's module, or
     every command's module when no known command is named (the full --help)."""
-    from kiln_tool.cli import COMMANDS  # standard library only
+    from kiln_tool.cli import COMMANDS, _command_name  # standard library only
 
-    chosen = [argv[0]] if argv and argv[0] in COMMANDS else list(COMMANDS)
+    named = _command_name(list(argv))
+    chosen = [named] if named is not None else list(COMMANDS)
     return [f"{PACKAGE}.cli", *(f"{PACKAGE}.commands.{COMMANDS[c]}" for c in chosen)]
 
 

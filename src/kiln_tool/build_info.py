@@ -1,7 +1,10 @@
-"""Write the build info that ships inside every wheel as opkiln/_build_info.json.
+"""Write the build info that ships inside every wheel as <package>/_build_info.json.
 
-Called by CMake at configure time (cmake/OpkilnBuildInfo.cmake). The document
-holds no absolute path and no time stamp, so it never breaks reproducibility.
+Called by CMake at configure time (kiln's CMake package, KilnBuildInfo.cmake), and by `kiln wheels` for
+a wheel the project's own backend built (backend_build_info). The document holds no absolute path and
+no time stamp, so it never breaks reproducibility. Its keys: schema, project, package, namespace, build,
+libraries, version (the wheel's, with its local label), the torch, CUDA, compiler and flags it was built
+with, git_commit, source_hash, ops (the op manifest), index_url.
 """
 
 from __future__ import annotations
@@ -14,20 +17,23 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
+
+from .project import KilnProject, ProjectError, load_project
 
 BUILD_INFO_SCHEMA = 1
-DEFAULT_INDEX_URL = "https://opkiln.github.io/wheels"
 
-# What a wheel is built from; the source hash covers exactly these.
-SOURCE_ROOTS = ("CMakeLists.txt", "VERSION", "pyproject.toml", "cmake", "data", "ops", "python/opkiln",
-                "src/kiln_tool")
-_SKIP_PARTS = {"__pycache__", ".mypy_cache", ".ruff_cache"}
+# What the source hash never covers when the project is not a git work tree (an export, an sdist): build
+# outputs, venvs and caches kiln and the usual tools write inside a project.
+_SKIP_PARTS = {"__pycache__", ".mypy_cache", ".ruff_cache", ".pytest_cache", ".git", ".hypothesis"}
+_SKIP_TOP = {"build", "dist", ".venv", ".venvs", ".tools", "wheelhouse", ".eggs"}
 _SKIP_NAMES = {"_build_info.json"}
+_MAX_SOURCE_FILES = 100_000
 
 _DEF_RE = re.compile(r'\bm\.def\(\s*"([A-Za-z_][A-Za-z0-9_]*)(?:\.[A-Za-z0-9_]+)?\(')
 
 
-def op_manifest(schema_files: list[Path], namespace: str = "opkiln") -> list[str]:
+def op_manifest(schema_files: list[Path], namespace: str) -> list[str]:
     """Qualified names of every op defined (m.def) in the schema files, sorted."""
     names: set[str] = set()
     for path in schema_files:
@@ -38,8 +44,8 @@ def op_manifest(schema_files: list[Path], namespace: str = "opkiln") -> list[str
 
 
 def op_bindings(source_dir: Path, ops: list[str] | None = None) -> list[Path]:
-    """The binding source of each op (ops/<op>/binding.cpp: what makes a folder an op, see
-    ops/CMakeLists.txt), sorted; `ops` (the build's list) or every op folder of the tree."""
+    """An ops/<op>/binding.cpp tree's binding sources (the layout `kiln new-op` writes: a folder is an op
+    when it holds binding.cpp), sorted; `ops` (the build's list) or every op folder of the tree."""
     if ops is None:
         return sorted(source_dir.glob("ops/*/binding.cpp"))
     paths = [source_dir / "ops" / op / "binding.cpp" for op in sorted(ops)]
@@ -49,19 +55,55 @@ def op_bindings(source_dir: Path, ops: list[str] | None = None) -> list[Path]:
     return paths
 
 
+def schema_sources(project: KilnProject, patterns: tuple[str, ...] | None = None) -> list[Path]:
+    """The files the ``patterns`` (default: the project's schema-sources) match, sorted and unique."""
+    found: set[Path] = set()
+    for pattern in project.schema_sources if patterns is None else patterns:
+        matches = [p for p in project.root.glob(pattern) if p.is_file()]
+        if not matches:
+            raise ValueError(f"tool.kiln.schema-sources: {pattern!r} matches no file in {project.root}")
+        found.update(matches)
+    return sorted(found)
+
+
+def _tracked(source_dir: Path) -> list[str] | None:
+    """The files git tracks under source_dir, or None when it is not a git work tree."""
+    try:
+        out = subprocess.run(["git", "-C", str(source_dir), "ls-files", "-z", "--", "."], capture_output=True,
+                             check=True, timeout=30)
+        top = subprocess.run(["git", "-C", str(source_dir), "rev-parse", "--show-prefix"], capture_output=True,
+                             text=True, check=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    prefix = top.stdout.strip()
+    names = [n.decode("utf-8", "surrogateescape") for n in out.stdout.split(b"\0") if n]
+    return [n[len(prefix):] if prefix and n.startswith(prefix) else n for n in names]
+
+
 def source_files(source_dir: Path) -> list[Path]:
-    files: list[Path] = []
-    for root in SOURCE_ROOTS:
-        path = source_dir / root
+    """What a wheel is built from: the files git tracks in the project, or (not a git work tree) every file
+    under it but build outputs, venvs and caches. Sorted by relative path."""
+    tracked = _tracked(source_dir)
+    if tracked is not None:
+        files = [source_dir / name for name in tracked]
+    else:
+        files = []
+        for candidate in source_dir.rglob("*"):
+            rel = candidate.relative_to(source_dir)
+            if rel.parts[0] in _SKIP_TOP or rel.parts[0].startswith((".venv", "wheelhouse")):
+                continue
+            if candidate.is_file() and not candidate.is_symlink():
+                files.append(candidate)
+            if len(files) > _MAX_SOURCE_FILES:
+                raise ValueError(f"{source_dir}: more than {_MAX_SOURCE_FILES} source files")
+    kept = []
+    for path in files:
+        rel = path.relative_to(source_dir)
+        if (_SKIP_PARTS & set(rel.parts)) or path.name in _SKIP_NAMES or path.suffix in {".pyc", ".so"}:
+            continue
         if path.is_file():
-            files.append(path)
-        elif path.is_dir():
-            for candidate in path.rglob("*"):
-                rel = candidate.relative_to(source_dir)
-                if candidate.is_file() and not (_SKIP_PARTS & set(rel.parts)) and candidate.name not in _SKIP_NAMES \
-                        and candidate.suffix not in {".pyc", ".so"}:
-                    files.append(candidate)
-    return sorted(files, key=lambda p: p.relative_to(source_dir).as_posix())
+            kept.append(path)
+    return sorted(kept, key=lambda p: p.relative_to(source_dir).as_posix())
 
 
 def source_hash(source_dir: Path) -> str:
@@ -73,6 +115,7 @@ def source_hash(source_dir: Path) -> str:
 
 
 def git_commit(source_dir: Path) -> str:
+    """$KILN_GIT_COMMIT (a build from an export without .git), else the project's HEAD, else "unknown"."""
     override = os.environ.get("KILN_GIT_COMMIT")
     if override:
         return override
@@ -95,10 +138,32 @@ def _split_flags(flags: str) -> list[str]:
     return [f for f in flags.split() if f]
 
 
+def project_fields(project: KilnProject) -> dict[str, Any]:
+    """What the build info says of the project itself (the same in every build of it)."""
+    return {"project": project.name, "package": project.package, "namespace": project.namespace,
+            "build": project.build, "libraries": project.libraries, "index_url": project.index_url}
+
+
+def torch_major_minor(torch_version: str) -> str:
+    return ".".join(torch_version.split("+")[0].split(".")[:2])
+
+
+def write_build_info(info: dict[str, Any], output: Path) -> None:
+    """Sorted keys, two-space indent, a final newline; replaced atomically."""
+    output.parent.mkdir(parents=True, exist_ok=True)
+    tmp = output.with_name(output.name + ".tmp")
+    tmp.write_text(render(info))
+    tmp.replace(output)
+
+
+def render(info: dict[str, Any]) -> str:
+    return json.dumps(info, indent=2, sort_keys=True) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--output", type=Path, required=True)
-    p.add_argument("--source-dir", type=Path, required=True)
+    p.add_argument("--source-dir", type=Path, required=True, help="the project's folder (its [tool.kiln])")
     p.add_argument("--version", required=True)
     p.add_argument("--torch-version", required=True)
     p.add_argument("--abi-mode", choices=("torch", "stable"), default="torch")
@@ -108,26 +173,39 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cxx-flags", default="")
     p.add_argument("--cmake-version", default="")
     p.add_argument("--extension-suffix", default="")
-    p.add_argument("--ops", required=True, help="the ops the build found (ops/<op>/binding.cpp), space-separated")
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--schema-sources", help="the sources whose m.def(...) define the ops (';' or space "
+                                                "separated, relative to --source-dir or absolute)")
+    which.add_argument("--ops", help="an ops/<op>/binding.cpp tree: the op folders the build found")
     p.add_argument("--torch-min", default=None, help="stable ABI: the oldest torch the wheel loads on")
     p.add_argument("--cuda", default=None)
     p.add_argument("--nvcc-version", default=None)
     p.add_argument("--cuda-archs", default="")
     p.add_argument("--cuda-flags", default="")
-    p.add_argument("--index-url", default=os.environ.get("OPKILN_INDEX_URL", DEFAULT_INDEX_URL))
     args = p.parse_args(argv)
     if args.abi_mode == "stable" and not args.torch_min:
         p.error("--abi-mode stable needs --torch-min")
 
     source_dir = args.source_dir.resolve()
+    try:
+        project = load_project(source_dir)
+        if args.schema_sources is not None:
+            files = [source_dir / f for f in re.split(r"[; ]+", args.schema_sources) if f]
+            ops = op_manifest(files, project.namespace)
+        else:
+            ops = op_manifest(op_bindings(source_dir, args.ops.split()), project.namespace)
+    except (ProjectError, ValueError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     cuda_tag = "cpu" if not args.cuda else "cu" + args.cuda.replace(".", "")
     archs = [a for a in re.split(r"[;, ]+", args.cuda_archs) if a]
     info = {
         "schema": BUILD_INFO_SCHEMA,
-        "opkiln_version": args.version,
+        **project_fields(project),
+        "version": args.version,
         "abi_mode": args.abi_mode,
         "torch_version": args.torch_version,
-        "torch_major_minor": ".".join(args.torch_version.split("+")[0].split(".")[:2]),
+        "torch_major_minor": torch_major_minor(args.torch_version),
         "cuda": args.cuda or None,
         "cuda_tag": cuda_tag,
         "cuda_archs": archs,
@@ -142,15 +220,11 @@ def main(argv: list[str] | None = None) -> int:
         "platform": sys.platform,
         "git_commit": git_commit(source_dir),
         "source_hash": source_hash(source_dir),
-        "ops": op_manifest(op_bindings(source_dir, args.ops.split())),
-        "index_url": args.index_url,
+        "ops": ops,
     }
     if args.abi_mode == "stable":
         info["torch_min"] = args.torch_min
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.output.with_suffix(".tmp")
-    tmp.write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
-    tmp.replace(args.output)
+    write_build_info(info, args.output)
     return 0
 
 

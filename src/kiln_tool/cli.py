@@ -1,4 +1,10 @@
-"""Entry point of `scripts/kiln`: argparse subcommands, one module each.
+"""Entry point of `kiln` (the torch-kiln console script, and `scripts/kiln` in a checkout): argparse
+subcommands, one module each.
+
+    kiln [-C DIR] COMMAND ...   every command serves the project of the current directory ([tool.kiln] of its
+                                pyproject.toml); -C DIR changes into DIR first, as git -C and make -C do
+    kiln --cmake-dir            the folder of kiln's CMake package (-DKiln_DIR=$(kiln --cmake-dir))
+    kiln --version
 
 Exit codes: 0 success, 1 a check failed (audit, repro), 2 unusable input or usage.
 """
@@ -35,7 +41,16 @@ def _load(name: str) -> ModuleType:
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="kiln", description="opkiln maintainer tool")
+    from . import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="kiln", description="kiln: build, repair, audit, index and reproduce PyTorch operator wheels of the "
+                                 "project in the current directory (its [tool.kiln] table)")
+    parser.add_argument("-C", dest="directory", metavar="DIR", default=None,
+                        help="run as if kiln were started in DIR (the project's folder)")
+    parser.add_argument("--cmake-dir", action="store_true",
+                        help="print the folder of kiln's CMake package (for -DKiln_DIR=...) and exit")
+    parser.add_argument("--version", action="version", version=f"kiln {__version__} (torch-kiln)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
         if only is not None and name != only:
@@ -53,18 +68,48 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def _command_name(argv: list[str]) -> str | None:
+    """The command word of ``argv``, past the global options (-C DIR, -CDIR, --cmake-dir)."""
+    i = 0
+    while i < len(argv):
+        word = argv[i]
+        if word == "-C":
+            i += 2
+        elif word.startswith("-C") or word == "--cmake-dir":
+            i += 1
+        else:
+            return word if word in COMMANDS else None
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     # Import only the module of the command being run.
-    only = argv[0] if argv and argv[0] in COMMANDS else None
-    parser = build_parser(only)
+    parser = build_parser(_command_name(argv))
     args = parser.parse_args(argv)
+    if args.directory is not None:
+        try:
+            os.chdir(args.directory)
+        except OSError as exc:
+            print(f"kiln: -C {args.directory}: {exc.strerror}", file=sys.stderr)
+            return 2
+    if args.cmake_dir:
+        from .resources import cmake_dir
+
+        print(cmake_dir())
+        return 0
     module = getattr(args, "_module", None)
     if module is None:
         parser.print_help(sys.stderr if args.command is None else sys.stdout)
         return 2
+    from .project import ProjectError
+
     try:
         return int(module.execute(args))
+    except ProjectError as exc:
+        for line in exc.problems:
+            print(f"kiln {args.command}: {line}", file=sys.stderr)
+        return exc.exit_code
     except KeyboardInterrupt:
         print("kiln: interrupted", file=sys.stderr)
         return 130

@@ -1,16 +1,16 @@
 """What a kiln wheel is: one positive definition shared by `kiln index`, `kiln audit` and `kiln repair`.
 
-A wheel is kiln's when its project is the site's project (``opkiln``). Such a wheel must have
-exactly the shape kiln builds, and nothing else:
+A wheel is kiln's when its project is the project kiln serves (the ``[tool.kiln]`` table of the current
+directory: kiln_tool.project). Such a wheel must have exactly the shape kiln builds, and nothing else:
 
-- its file name is ``opkiln-<version>-<python>-<abi>-<platform>.whl`` spelled as kiln spells it
+- its file name is ``<name>-<version>-<python>-<abi>-<platform>.whl`` spelled as kiln spells it
   (the project's wheel spelling, the version in PEP 440 normal form, no build tag, one CPython tag,
   its own ABI or abi3, Linux platform tags of one architecture);
-- its members are the package (``opkiln/``), the libraries auditwheel grafted (``opkiln.libs/*.so*``)
+- its members are the package (``<package>/``), the libraries auditwheel grafted (``<package>.libs/*.so*``)
   and its ``.dist-info`` (METADATA, WHEEL, RECORD, sboms/, licenses/): an allowlist of shapes. No
   ``.data``, no top-level modules or ``.pth`` files, no entry points, no second ``.dist-info``;
-- one build info, at ``opkiln/_build_info.json``, every field cross-checked against the file name, the
-  tags, WHEEL and METADATA (version, Python tag, ABI mode, torch minor, CUDA tag, torch pin);
+- one build info, at ``<package>/_build_info.json``, every field cross-checked against the file name, the
+  tags, WHEEL and METADATA (project, package, version, Python tag, ABI mode, torch minor, CUDA tag, torch pin);
 - WHEEL: ``Wheel-Version: 1.0``, ``Root-Is-Purelib: false``, its Tag lines exactly the file name's tags;
 - METADATA: its Name and Version those of the file name, ``Requires-Python`` a plain specifier of
   bounded length, dependencies by name only (no direct URL), the torch pin the build info implies;
@@ -40,9 +40,6 @@ from packaging.version import InvalidVersion, Version
 
 from .safezip import SafeZip, UnsafeArchiveError
 from .variant import MODES as ABI_MODES
-
-SITE_PROJECT = "opkiln"
-"""The project every kiln site publishes (pyproject.toml's name)."""
 
 MAX_NAME_LENGTH = 200
 MAX_VERSION_LENGTH = 64
@@ -79,14 +76,12 @@ class KilnName:
     python: str
     abi: str
     platforms: tuple[str, ...]
-
-    @property
-    def package(self) -> str:
-        return self.project.replace("-", "_")
+    package: str
+    """The import package (``[tool.kiln] package``): where the build info and the grafted libraries live."""
 
     @property
     def dist_info(self) -> str:
-        return f"{self.package}-{self.version}.dist-info"
+        return f"{self.project.replace('-', '_')}-{self.version}.dist-info"
 
     @property
     def tags(self) -> frozenset[Tag]:
@@ -98,9 +93,25 @@ class KilnName:
         return f"{self.python}-abi3" if self.abi == "abi3" else self.python
 
 
+def served() -> tuple[str, str]:
+    """(canonical name, import package) of the project kiln serves here (kiln_tool.project.current_project)."""
+    from .project import current_project
+
+    project = current_project()
+    return project.name, project.package
+
+
+def check_name(filename: str, project: str | None = None, package: str | None = None) -> KilnName:
+    """The parts of ``filename`` when it is a kiln wheel's name exactly as kiln writes it (else NotAKilnWheel).
+    ``project`` (canonical) and ``package``: the project's; by default those of the project kiln serves."""
+    if project is None:
+        project, served_package = served()
+        package = package or served_package
+    return _check_name(filename, project, package or project.replace("-", "_"))
+
+
 @functools.cache
-def check_name(filename: str, project: str = SITE_PROJECT) -> KilnName:
-    """The parts of ``filename`` when it is a kiln wheel's name exactly as kiln writes it (else NotAKilnWheel)."""
+def _check_name(filename: str, project: str, package: str) -> KilnName:
     if len(filename) > MAX_NAME_LENGTH:
         raise NotAKilnWheel(f"file name: longer than {MAX_NAME_LENGTH} characters")
     if not filename.endswith(".whl"):
@@ -133,7 +144,7 @@ def check_name(filename: str, project: str = SITE_PROJECT) -> KilnName:
         arches.add(match.group(2))
     if len(arches) != 1:
         raise NotAKilnWheel(f"file name: platform tags {platform!r} name more than one architecture")
-    return KilnName(filename, project, version, python, abi, tuple(sorted(platforms)))
+    return KilnName(filename, project, version, python, abi, tuple(sorted(platforms)), package)
 
 
 @functools.cache
@@ -371,7 +382,8 @@ def check_build_info(name: KilnName, raw: bytes, torch_pin: str) -> dict[str, An
         raise NotAKilnWheel("build info: not a JSON object")
     if info.get("schema") != 1:
         raise NotAKilnWheel(f"build info: schema {str(info.get('schema'))[:20]!r}, expected 1")
-    required = ("opkiln_version", "abi_mode", "torch_major_minor", "cuda_tag", "python_tag", "torch_version")
+    required = ("project", "package", "version", "abi_mode", "torch_major_minor", "cuda_tag", "python_tag",
+                "torch_version")
     missing = [key for key in required if not isinstance(info.get(key), str)]
     if missing:
         raise NotAKilnWheel(f"build info: lacks {', '.join(missing)}")
@@ -382,8 +394,12 @@ def check_build_info(name: KilnName, raw: bytes, torch_pin: str) -> dict[str, An
     mode, cuda_tag, minor = info["abi_mode"], info["cuda_tag"], info["torch_major_minor"]
     if mode not in ABI_MODES:
         raise NotAKilnWheel(f"build info: unknown abi_mode {mode[:40]!r}")
-    if info["opkiln_version"] != name.version:
-        raise NotAKilnWheel(f"build info: opkiln_version {info['opkiln_version'][:80]!r} is not the file name's "
+    if info["project"] != name.project:
+        raise NotAKilnWheel(f"build info: project {info['project'][:80]!r} is not the file name's {name.project!r}")
+    if info["package"] != name.package:
+        raise NotAKilnWheel(f"build info: package {info['package'][:80]!r} is not the project's {name.package!r}")
+    if info["version"] != name.version:
+        raise NotAKilnWheel(f"build info: version {info['version'][:80]!r} is not the file name's "
                             f"{name.version!r}")
     if info["python_tag"] != name.python_tag:
         raise NotAKilnWheel(f"build info: python_tag {info['python_tag']!r} is not the file name's "
@@ -488,12 +504,20 @@ def small_members(name: KilnName) -> tuple[str, ...]:
             f"{name.package}/{BUILD_INFO}")
 
 
-def is_kiln_project(filename: str, project: str = SITE_PROJECT) -> bool:
-    """Whether a wheel file name claims the site's project (so the kiln-wheel definition applies to it)."""
+def is_kiln_project(filename: str, project: str | None = None) -> bool:
+    """Whether a wheel file name claims ``project`` (default: the project kiln serves here, if any), so that
+    the kiln-wheel definition applies to it."""
+    if project is None:
+        from .project import find_project
+
+        found = find_project()
+        if found is None:
+            return False
+        project = found.name
     return canonicalize_name(filename.split("-", 1)[0]) == project
 
 
-__all__ = ["SITE_PROJECT", "KilnName", "KilnWheel", "NotAKilnWheel", "UnsafeArchiveError", "check_archive",
+__all__ = ["KilnName", "KilnWheel", "NotAKilnWheel", "UnsafeArchiveError", "check_archive",
            "check_build_info", "check_contents", "check_fields",
            "check_members", "check_name", "check_record", "check_requires_python", "check_torch_requirement",
-           "check_version", "is_kiln_project", "member_rule", "metadata_headers", "small_members"]
+           "check_version", "is_kiln_project", "member_rule", "metadata_headers", "served", "small_members"]

@@ -36,7 +36,8 @@ def _component(name: str, version: str, kind: str, description: str) -> dict[str
 
 
 def make_sbom(build_info: dict[str, Any], tools: dict[str, str]) -> dict[str, Any]:
-    version = str(build_info["opkiln_version"])
+    version = str(build_info["version"])
+    project = str(build_info["project"])
     descriptions = {
         "compiler": ("application", "C++ compiler"),
         "nvcc": ("application", "CUDA compiler (nvcc)"),
@@ -62,20 +63,20 @@ def make_sbom(build_info: dict[str, Any], tools: dict[str, str]) -> dict[str, An
         "specVersion": "1.6",
         "version": 1,
         "metadata": {
-            "component": {"type": "library", "name": "opkiln", "version": version,
-                          "bom-ref": f"opkiln@{version}", "purl": f"pkg:pypi/opkiln@{version}",
-                          "properties": [{"name": "opkiln:git_commit", "value": str(build_info["git_commit"])},
-                                         {"name": "opkiln:source_hash", "value": str(build_info["source_hash"])}]},
+            "component": {"type": "library", "name": project, "version": version,
+                          "bom-ref": f"{project}@{version}", "purl": f"pkg:pypi/{project}@{version}",
+                          "properties": [{"name": "kiln:git_commit", "value": str(build_info["git_commit"])},
+                                         {"name": "kiln:source_hash", "value": str(build_info["source_hash"])}]},
             "lifecycles": [{"phase": "build"}],
         },
         "components": components,
-        "dependencies": [{"ref": f"opkiln@{version}", "dependsOn": [c["bom-ref"] for c in components]}],
+        "dependencies": [{"ref": f"{project}@{version}", "dependsOn": [c["bom-ref"] for c in components]}],
     }
     epoch = os.environ.get("SOURCE_DATE_EPOCH")
     if epoch:
         body["metadata"]["timestamp"] = dt.datetime.fromtimestamp(int(epoch), tz=dt.timezone.utc).strftime(
             "%Y-%m-%dT%H:%M:%SZ")
-    serial = uuid.uuid5(uuid.NAMESPACE_URL, "opkiln-sbom:" + json.dumps(body, sort_keys=True))
+    serial = uuid.uuid5(uuid.NAMESPACE_URL, "kiln-sbom:" + json.dumps(body, sort_keys=True))
     return {"$schema": "http://cyclonedx.org/schema/bom-1.6.schema.json", **body, "serialNumber": f"urn:uuid:{serial}"}
 
 

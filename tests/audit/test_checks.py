@@ -236,7 +236,7 @@ def test_wheel_tag_torch_pin_and_floor(corpus: Corpus, tmp_path: Path) -> None:
     public = torch_version.split("+")[0]
     major, minor = public.split(".")[:2]
     info = {"torch_version": torch_version, "cuda": None, "cuda_tag": "cpu", "python_tag": "cp311",
-            "opkiln_version": f"0.1.0+pt{major}{minor}cpu", "cxx11_abi": True}
+            "version": f"0.1.0+pt{major}{minor}cpu", "cxx11_abi": True}
     module = {f"kilntest/clean{PY_SUFFIX}": corpus[f"clean{PY_SUFFIX}"].read_bytes()}
     good = make_wheel(tmp_path, module, version=f"0.1.0+pt{major}{minor}cpu", build_info=info,
                       requires=(f"torch=={public}",))
@@ -307,14 +307,14 @@ def test_damaged_version_table_is_reported_not_raised(corpus: Corpus, tmp_path: 
 
 def test_wheel_tag_stable_abi_mode(corpus: Corpus, tmp_path: Path) -> None:
     info = {"abi_mode": "stable", "torch_version": "2.13.0+cpu", "torch_min": "2.11", "cuda": None,
-            "cuda_tag": "cpu", "python_tag": "cp310-abi3", "opkiln_version": "0.1.0+cpu"}
+            "cuda_tag": "cpu", "python_tag": "cp310-abi3", "version": "0.1.0+cpu"}
     module = {"kilntest/libplain.so": corpus["libplain.so"].read_bytes()}
     good = make_wheel(tmp_path, module, version="0.1.0+cpu", build_info=info, requires=("torch>=2.11",),
                       tag="cp310-abi3-manylinux_2_28_x86_64")
     check = {c.id: c for c in audit_paths([good]).artifacts[0].checks if not c.finding}["wheel-tag"]
     assert check.ok, check.detail
     (bad_dir := tmp_path / "bad").mkdir()
-    bad = make_wheel(bad_dir, module, version="0.1.0+pt213cpu", build_info={**info, "opkiln_version": None},
+    bad = make_wheel(bad_dir, module, version="0.1.0+pt213cpu", build_info={**info, "version": None},
                      requires=("torch>=2.12",), tag="cp310-abi3-manylinux_2_28_x86_64")
     check = {c.id: c for c in audit_paths([bad]).artifacts[0].checks if not c.finding}["wheel-tag"]
     assert not check.ok

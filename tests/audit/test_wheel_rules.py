@@ -331,7 +331,7 @@ def test_an_op_library_named_like_a_module_is_not_held_to_the_python_tag(tmp_pat
 
 
 def test_build_info_that_disagrees_with_the_wheel(tmp_path: Path) -> None:
-    info = {"opkiln_version": "0.2.0", "python_tag": "cp312-cp312", "cuda": None, "torch_version": "2.13.0+cpu",
+    info = {"version": "0.2.0", "python_tag": "cp312-cp312", "cuda": None, "torch_version": "2.13.0+cpu",
             "cuda_tag": "cpu"}
     wheel = make_wheel(tmp_path, FILES, version="0.1.0+pt212cpu", build_info=info, requires=("torch==2.13.0",))
     assert _tag_problems(_check(wheel, "wheel-tag"), wheel) == [
@@ -340,9 +340,9 @@ def test_build_info_that_disagrees_with_the_wheel(tmp_path: Path) -> None:
         "local version '+pt212cpu' does not name the build's torch and CUDA ('+pt213cpu')"]
     (right := tmp_path / "right").mkdir()
     wheel = make_wheel(right, FILES, version="0.1.0+pt213cpu", requires=("torch==2.13.0",),
-                       build_info={**info, "opkiln_version": "0.1.0+pt213cpu", "python_tag": "cp311-cp311"})
+                       build_info={**info, "version": "0.1.0+pt213cpu", "python_tag": "cp311-cp311"})
     assert _check(wheel, "wheel-tag").ok
-    # No local version: nothing to compare; no opkiln_version in the build info: nothing to compare either.
+    # No local version: nothing to compare; no version in the build info: nothing to compare either.
     (plain := tmp_path / "plain").mkdir()
     wheel = make_wheel(plain, FILES, requires=("torch==2.13.0",),
                        build_info={"torch_version": "2.13.0+cpu", "cuda": None, "cuda_tag": "cu130"})

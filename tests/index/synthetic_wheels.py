@@ -64,7 +64,8 @@ def make_wheel(directory: Path, *, name: str = "opkiln", version: str = "0.1.0+p
     filename = filename or f"{dist}-{python_tag}-{abi}-{platform}.whl"
     module = re.sub(r"[-_.]+", "_", name).lower()
     info = {
-        "schema": 1, "opkiln_version": version, "abi_mode": abi_mode, "torch_version": f"{torch_major_minor}.0",
+        "schema": 1, "project": re.sub(r"[-_.]+", "-", name).lower(), "package": module,
+        "version": version, "abi_mode": abi_mode, "torch_version": f"{torch_major_minor}.0",
         "torch_major_minor": torch_major_minor,
         "cuda": None if cuda_tag == "cpu" else f"{cuda_tag[2:-1]}.{cuda_tag[-1]}",
         "cuda_tag": cuda_tag, "python_tag": python_tag if abi != "abi3" else f"{python_tag}-abi3",
@@ -108,7 +109,7 @@ def reversion(wheel: Path, directory: Path, new_version: str) -> Path:
                 data = re.sub(rb"(?m)^Version: .*$", f"Version: {new_version}".encode(), data, count=1)
             elif member.endswith("/_build_info.json"):
                 doc = json.loads(data)
-                doc["opkiln_version"] = new_version
+                doc["version"] = new_version
                 data = (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode()
             files[member] = data
             infos[member] = info

@@ -71,7 +71,7 @@ def test_wheel_name_metadata_and_build_info(stable_cpu_wheel: Path) -> None:
     assert info["torch_min"] == STABLE_ABI_MIN_TORCH
     assert info["python_tag"] == "cp310-abi3"
     assert info["extension_suffix"] == "abi3"
-    assert info["opkiln_version"] == f"{base}+cpu"
+    assert info["version"] == f"{base}+cpu"
     assert info["ops"] == op_manifest(op_bindings(REPO))
     name, _ = extension_of(stable_cpu_wheel)
     assert name == "opkiln/_C.abi3.so"

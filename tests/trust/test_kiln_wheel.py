@@ -171,8 +171,8 @@ NEVER: dict[str, tuple[dict[str, object], str]] = {
                                        "local label"),
     "a torch pin of another minor": (dict(torch_requirement="torch<2.15,>=2.14"), "torch requirement"),
     "no torch pin": (dict(torch_requirement=None), "torch requirement"),
-    "build info of another version": (dict(build_info_overrides={"opkiln_version": "0.3.0+pt213cpu"}),
-                                      "opkiln_version"),
+    "build info of another version": (dict(build_info_overrides={"version": "0.3.0+pt213cpu"}),
+                                      "version"),
     "a stable-ABI build info on a per-torch name": (dict(build_info_overrides={"abi_mode": "stable"}), "stable"),
     "CUDA kernels built against another CUDA's torch": (
         dict(version="0.2.0+pt214cu130", cuda_tag="cu130", torch_major_minor="2.14",

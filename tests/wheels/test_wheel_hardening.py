@@ -74,7 +74,7 @@ def test_build_info_describes_the_build(cpu_wheel: Path, cuda_wheel: Path) -> No
     defined = sorted({f"opkiln::{n}" for n in re.findall(r'm\.def\(\s*"([A-Za-z_][A-Za-z0-9_]*)', schema)})
     cpu, cuda = _build_info(cpu_wheel), _build_info(cuda_wheel)
     for info in (cpu, cuda):
-        for key in ("opkiln_version", "torch_version", "cuda_tag", "cuda_archs", "cxx11_abi", "compiler", "flags",
+        for key in ("version", "torch_version", "cuda_tag", "cuda_archs", "cxx11_abi", "compiler", "flags",
                     "python_tag", "git_commit", "source_hash", "ops"):
             assert key in info, key
         assert info["ops"] == defined
@@ -82,7 +82,7 @@ def test_build_info_describes_the_build(cpu_wheel: Path, cuda_wheel: Path) -> No
         assert re.fullmatch(r"[0-9a-f]{64}", str(info["source_hash"]))
         assert "/work/" not in json.dumps(info) and "/tmp/" not in json.dumps(info), "no absolute paths"
     assert cpu["cuda"] is None and cpu["cuda_tag"] == "cpu" and cpu["cuda_archs"] == []
-    matrix = json.loads((REPO / "data" / "matrix.json").read_text())
+    matrix = json.loads((REPO / "src" / "kiln_tool" / "data" / "matrix.json").read_text())
     expected = list(matrix["cuda_archs"]["13.0"]["x86_64"])
     expected[-1] += "+PTX"
     assert cuda["cuda"] == "13.0" and cuda["cuda_tag"] == "cu130"

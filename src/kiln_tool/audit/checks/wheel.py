@@ -76,8 +76,8 @@ def check_wheel_tag(artifact: ArtifactContext) -> list[CheckResult]:
         problems.append(f"version '{version}' in the file name is not a PEP 440 version")
         local = None
     if info is not None:
-        if info.get("opkiln_version") not in (None, version):
-            problems.append(f"build info says version {info.get('opkiln_version')}, the wheel {version}")
+        if info.get("version") not in (None, version):
+            problems.append(f"build info says version {info.get('version')}, the wheel {version}")
         python_tag = info.get("python_tag")
         if python_tag and python_tag.split("-")[0] not in wheel.name.python_tags:
             problems.append(f"build info says {python_tag}, the wheel is tagged {'.'.join(wheel.name.python_tags)}")

@@ -1,0 +1,296 @@
+"""The project kiln serves: the ``[tool.kiln]`` table of a pyproject.toml, checked against its schema.
+
+Every kiln command serves the project of the current directory (``kiln -C DIR`` changes into DIR first).
+The table is small; everything it leaves out has a default (data/tool-kiln.schema.json says each key)::
+
+    [tool.kiln]
+    package = "ringops"          # import package (default: [project].name with - and . as _)
+    namespace = "ringops"        # torch.ops.<namespace> (default: the package)
+    build = "kiln"               # or "backend": the project's own PEP 517 backend
+    libraries = "python-module"  # or "load-library" (torch.ops.load_library)
+    abi = ["torch"]              # and/or "stable"; the first is the default
+    version = "0.3.0"            # or version-file = "VERSION" (kiln builds)
+    index-url = "https://example.org/wheels"
+    matrix = "kiln"              # or the path of the project's own matrix.json
+
+Standard library only: `kiln matrix` and `kiln venv` run on a bare Python, and scikit-build-core's metadata provider and the configure step
+(kiln_tool.build_config, kiln_tool.build_info) load the table inside a build venv. The schema is
+interpreted here for the subset of JSON Schema it uses, so every bad key gets its own line; the test
+suite holds this reading equal to a full JSON Schema validator's on generated tables.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .resources import data_path
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+PYPROJECT = "pyproject.toml"
+PROJECT_DIR_ENV = "KILN_PROJECT_DIR"
+MAX_PYPROJECT_BYTES = 1 << 20
+MAX_VERSION_FILE_BYTES = 200
+SCHEMA_FILE = "tool-kiln.schema.json"
+SCIKIT_BUILD_BACKEND = "scikit_build_core.build"
+_NAME = re.compile(r"^([A-Z0-9]|[A-Z0-9][A-Z0-9._-]*[A-Z0-9])$", re.IGNORECASE)
+
+
+def canonical_name(name: str) -> str:
+    """PEP 503's normal form of a distribution name (packaging.utils.canonicalize_name's rule)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+class ProjectError(ValueError):
+    """The project's configuration is unusable: one line per problem (exit 2)."""
+
+    exit_code = 2
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("\n".join(problems))
+        self.problems = problems
+
+
+@dataclass(frozen=True)
+class KilnProject:
+    """A project kiln builds: its folder and its ``[tool.kiln]`` table with the defaults filled in."""
+
+    root: Path
+    name: str
+    """The distribution name, canonical (PEP 503)."""
+    package: str
+    namespace: str
+    build: str
+    libraries: str
+    abi_modes: tuple[str, ...]
+    version: str | None
+    """The base version of a kiln build (from ``version`` or ``version-file``); None for a backend build
+    that takes its backend's."""
+    index_url: str | None
+    matrix_file: Path
+    schema_sources: tuple[str, ...] = ()
+
+    @property
+    def wheel_name(self) -> str:
+        """The name as wheel file names spell it (PEP 427: the canonical name with ``-`` as ``_``)."""
+        return self.name.replace("-", "_")
+
+    @property
+    def default_abi_mode(self) -> str:
+        return self.abi_modes[0]
+
+
+def schema() -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads(data_path(SCHEMA_FILE).read_text())
+    return loaded
+
+
+def _type_ok(value: Any, expected: str) -> bool:
+    if expected == "string":
+        return isinstance(value, str)
+    if expected == "array":
+        return isinstance(value, list)
+    if expected == "object":
+        return isinstance(value, dict)
+    raise ValueError(f"schema type {expected!r} is not one this reader knows")
+
+
+def _shown(value: Any) -> str:
+    text = json.dumps(value, default=str)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _problem(where: str, value: Any, rule: dict[str, Any]) -> str | None:
+    """Why ``value`` breaks ``rule`` (the subset of JSON Schema tool-kiln.schema.json uses), or None."""
+    if "enum" in rule and value not in rule["enum"]:
+        return f"{where} = {_shown(value)} is not one of {', '.join(json.dumps(v) for v in rule['enum'])}"
+    expected = rule.get("type")
+    if expected is not None and not _type_ok(value, expected):
+        kind = {"string": "a string", "array": "a list", "object": "a table"}[expected]
+        return f"{where} = {_shown(value)} is not {kind}"
+    if isinstance(value, str):
+        if "maxLength" in rule and len(value) > rule["maxLength"]:
+            return f"{where} is longer than {rule['maxLength']} characters"
+        if "pattern" in rule and not re.search(rule["pattern"], value):
+            return f"{where} = {_shown(value)} is not {_PATTERN_WORDS.get(where.split('[')[0], 'allowed')}"
+    if isinstance(value, list):
+        if "minItems" in rule and len(value) < rule["minItems"]:
+            return f"{where} needs at least {rule['minItems']} item(s)"
+        if "maxItems" in rule and len(value) > rule["maxItems"]:
+            return f"{where} has more than {rule['maxItems']} items"
+        if rule.get("uniqueItems") and len({json.dumps(v, sort_keys=True) for v in value}) != len(value):
+            return f"{where} lists an item twice"
+        for index, item in enumerate(value):
+            problem = _problem(f"{where}[{index}]", item, rule.get("items", {}))
+            if problem:
+                return problem
+    return None
+
+
+_PATTERN_WORDS = {
+    "tool.kiln.package": "a Python identifier (letters, digits, _; at most 64)",
+    "tool.kiln.namespace": "a C++/Python identifier (letters, digits, _; at most 64)",
+    "tool.kiln.version": "a PEP 440 release version without a local label (kiln adds +pt214cu130)",
+    "tool.kiln.version-file": "a relative path inside the project",
+    "tool.kiln.index-url": "an http(s) URL without spaces or quotes",
+    "tool.kiln.matrix": "\"kiln\" or a relative path inside the project",
+    "tool.kiln.schema-sources": "a relative glob pattern inside the project",
+}
+
+
+def table_problems(table: Any) -> list[str]:
+    """One line per bad key or value of a ``[tool.kiln]`` table, in key order (empty when it holds)."""
+    spec = schema()
+    if not isinstance(table, dict):
+        return [f"tool.kiln = {_shown(table)} is not a table"]
+    problems = []
+    properties: dict[str, Any] = spec["properties"]
+    for key in sorted(table):
+        where = f"tool.kiln.{key}"
+        if key not in properties:
+            near = ", ".join(sorted(properties))
+            problems.append(f"{where}: unknown key (known: {near})")
+            continue
+        problem = _problem(where, table[key], properties[key])
+        if problem:
+            problems.append(problem)
+    if "version" in table and "version-file" in table:
+        problems.append("tool.kiln: version and version-file both set; give one")
+    return problems
+
+
+def _read_pyproject(root: Path) -> dict[str, Any]:
+    path = root / PYPROJECT
+    try:
+        with path.open("rb") as fh:
+            raw = fh.read(MAX_PYPROJECT_BYTES + 1)
+    except FileNotFoundError:
+        raise ProjectError([f"{root}: no {PYPROJECT} (kiln serves the project of the current directory; "
+                            "kiln -C DIR for another)"]) from None
+    except OSError as exc:
+        raise ProjectError([f"{path}: unreadable ({exc.strerror})"]) from None
+    if len(raw) > MAX_PYPROJECT_BYTES:
+        raise ProjectError([f"{path}: larger than {MAX_PYPROJECT_BYTES} bytes"])
+    try:
+        return tomllib.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ProjectError([f"{path}: not valid TOML ({exc})"]) from None
+
+
+def _inside(root: Path, relative: str, key: str) -> Path:
+    candidate = (root / relative).resolve()
+    if ".." in Path(relative).parts or not candidate.is_relative_to(root.resolve()):
+        raise ProjectError([f"tool.kiln.{key} = {relative!r} lies outside the project"])
+    return candidate
+
+
+def _version_from_file(root: Path, relative: str) -> str:
+    path = _inside(root, relative, "version-file")
+    try:
+        with path.open("rb") as fh:
+            raw = fh.read(MAX_VERSION_FILE_BYTES + 1)
+    except OSError as exc:
+        raise ProjectError([f"tool.kiln.version-file = {relative!r}: cannot read it ({exc.strerror})"]) from None
+    text = raw.decode("utf-8", errors="replace").strip()
+    rule = schema()["properties"]["version"]
+    if len(raw) > MAX_VERSION_FILE_BYTES or _problem("tool.kiln.version", text, rule):
+        raise ProjectError([f"tool.kiln.version-file = {relative!r} does not hold one PEP 440 release version "
+                            "without a local label (like 0.3.0)"])
+    return text
+
+
+def load_project(root: Path) -> KilnProject:
+    """The project in ``root``: its pyproject.toml's [project] name and [tool.kiln] table (ProjectError, one
+    line per problem, when either is missing or wrong)."""
+    root = root.resolve()
+    document = _read_pyproject(root)
+    project = document.get("project")
+    name = project.get("name") if isinstance(project, dict) else None
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise ProjectError([f"{root / PYPROJECT}: [project] name is missing or not a valid distribution name"])
+    tool = document.get("tool")
+    if not isinstance(tool, dict) or "kiln" not in tool:
+        raise ProjectError([f"{root / PYPROJECT}: no [tool.kiln] table (README: Adopting kiln in your op library)"])
+    table = tool["kiln"]
+    problems = table_problems(table)
+    if problems:
+        raise ProjectError(problems)
+    backend = document.get("build-system", {}).get("build-backend") if isinstance(
+        document.get("build-system"), dict) else None
+    build = table.get("build", "kiln" if backend == SCIKIT_BUILD_BACKEND else "backend")
+    canonical = canonical_name(name)
+    package = table.get("package", re.sub(r"[-.]+", "_", name).lower())
+    if not package.isidentifier():
+        raise ProjectError([f"tool.kiln.package: the default {package!r} (from [project] name) is not an "
+                            "identifier; set package"])
+    version = table.get("version")
+    if "version-file" in table:
+        version = _version_from_file(root, table["version-file"])
+    if build == "kiln" and version is None:
+        raise ProjectError(['tool.kiln: build = "kiln" needs the base version: version = "X.Y.Z" or '
+                            'version-file = "FILE" (the metadata provider adds the label)'])
+    matrix = table.get("matrix", "kiln")
+    matrix_file = data_path("matrix.json") if matrix == "kiln" else _inside(root, matrix, "matrix")
+    if not matrix_file.is_file():
+        raise ProjectError([f"tool.kiln.matrix = {matrix!r}: no such file"])
+    return KilnProject(
+        root=root, name=canonical, package=package, namespace=table.get("namespace", package), build=build,
+        libraries=table.get("libraries", "python-module"), abi_modes=tuple(table.get("abi", ["torch"])),
+        version=version, index_url=table.get("index-url"), matrix_file=matrix_file,
+        schema_sources=tuple(table.get("schema-sources", ())))
+
+
+def project_dir() -> Path:
+    """The folder of the project being served: $KILN_PROJECT_DIR, else the current directory."""
+    return Path(os.environ.get(PROJECT_DIR_ENV) or Path.cwd())
+
+
+@functools.lru_cache(maxsize=16)
+def _load_cached(root: Path, stamp: tuple[int, int, int]) -> KilnProject:
+    del stamp  # part of the cache key only: an edited pyproject.toml is read again
+    return load_project(root)
+
+
+def current_project() -> KilnProject:
+    """The project of the current directory (or $KILN_PROJECT_DIR); ProjectError when there is none.
+    Read once per pyproject.toml state (an index of thousands of wheels asks for it per wheel)."""
+    root = project_dir().resolve()
+    try:
+        st = (root / PYPROJECT).stat()
+    except OSError:
+        return load_project(root)  # the one-line ProjectError of a missing or unreadable file
+    return _load_cached(root, (st.st_mtime_ns, st.st_size, st.st_ino))
+
+
+def find_project(root: Path | None = None) -> KilnProject | None:
+    """The project in ``root`` (default: the current one), or None when it has no pyproject.toml or no
+    [tool.kiln] table; a table that is there but wrong is still a ProjectError."""
+    root = (project_dir() if root is None else root).resolve()
+    try:
+        st = (root / PYPROJECT).stat()
+    except OSError:
+        return None
+    if not _has_table(root, (st.st_mtime_ns, st.st_size, st.st_ino)):
+        return None
+    return _load_cached(root, (st.st_mtime_ns, st.st_size, st.st_ino))
+
+
+@functools.lru_cache(maxsize=16)
+def _has_table(root: Path, stamp: tuple[int, int, int]) -> bool:
+    del stamp
+    tool = _read_pyproject(root).get("tool")
+    return isinstance(tool, dict) and "kiln" in tool
+
+
+__all__ = ["PROJECT_DIR_ENV", "KilnProject", "ProjectError", "current_project", "find_project", "load_project",
+           "project_dir", "schema", "table_problems"]
