@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from .project import KilnProject, ProjectError, load_project
+from .torch_probe import TorchInstall
+from .variant import BuildVariant
 
 BUILD_INFO_SCHEMA = 1
 
@@ -158,6 +160,32 @@ def write_build_info(info: dict[str, Any], output: Path) -> None:
 
 def render(info: dict[str, Any]) -> str:
     return json.dumps(info, indent=2, sort_keys=True) + "\n"
+
+
+def backend_build_info(project: KilnProject, torch: TorchInstall, variant: BuildVariant, python: str,
+                       commit: str | None = None) -> dict[str, Any]:
+    """The build info kiln adds to a wheel the project's own backend built: what kiln knows of that build
+    (the torch and variant of its build venv, the Python, the sources, the op manifest of schema-sources).
+    The compiler, its flags and the CUDA archs were the backend's choice: they are left out, not guessed;
+    the audit reads the binaries themselves."""
+    ops = op_manifest(schema_sources(project), project.namespace) if project.schema_sources else []
+    return {
+        "schema": BUILD_INFO_SCHEMA,
+        **project_fields(project),
+        "version": "",  # set by kiln_tool.relabel to the labelled version
+        "abi_mode": variant.mode,
+        "torch_version": torch.version,
+        "torch_major_minor": torch_major_minor(torch.version),
+        "cuda": variant.cuda,
+        "cuda_tag": variant.cuda_tag,
+        "cuda_archs": [],
+        "cxx11_abi": torch.cxx11_abi,
+        "python_tag": "cp" + python.replace(".", ""),
+        "platform": sys.platform,
+        "git_commit": commit or git_commit(project.root),
+        "source_hash": source_hash(project.root),
+        "ops": ops,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,16 +6,20 @@ import os
 import subprocess
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 ZIP_EPOCH_MIN = "315532800"  # 1980-01-01, the earliest time a zip entry can hold
 
 
-def source_date_epoch() -> str:
-    """$SOURCE_DATE_EPOCH when set, else the commit time of HEAD (1980-01-01 outside git)."""
+def source_date_epoch(root: Path | None = None) -> str:
+    """$SOURCE_DATE_EPOCH when set, else the commit time of HEAD of the project in ``root`` (default: the
+    project kiln serves, kiln_tool.project.project_dir) (1980-01-01 outside git)."""
     if os.environ.get("SOURCE_DATE_EPOCH"):
         return os.environ["SOURCE_DATE_EPOCH"]
+    if root is None:
+        from .project import project_dir
+
+        root = project_dir()
     try:
-        out = subprocess.run(["git", "-C", str(REPO_ROOT), "log", "-1", "--format=%ct"], capture_output=True,
+        out = subprocess.run(["git", "-C", str(root), "log", "-1", "--format=%ct"], capture_output=True,
                              text=True, check=True, timeout=10)
     except (OSError, subprocess.SubprocessError):
         return ZIP_EPOCH_MIN

@@ -1,7 +1,10 @@
-"""Build -> repair -> audit -> dist/, for one combination at a time.
+"""Build -> (label) -> repair -> audit -> dist/, for one combination of the configured project at a time.
 
-A wheel reaches dist/ only when it was built, repaired and passed the audit;
-it is moved there atomically, so dist/ never holds a partial or failing wheel.
+The project (kiln_tool.project) builds either with kiln's CMake API through scikit-build-core (the
+version label and torch pin come from kiln's metadata provider), or with its own PEP 517 backend, after
+which kiln sets the label and the pin and adds the build info (kiln_tool.relabel). Either way the wheel
+is then repaired and audited. A wheel reaches dist/ only when it passed every step; it is moved there
+atomically, so dist/ never holds a partial or failing wheel.
 """
 
 from __future__ import annotations
@@ -15,9 +18,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .build_env import REPO_ROOT, ensure_build_env
+from . import resources
+from .build_env import ensure_build_env, kiln_import_root
 from .epoch import source_date_epoch
 from .matrix_data import BuildSpec
+from .project import KilnProject, current_project, load_project
 from .repair import repair_wheel
 
 
@@ -43,41 +48,88 @@ class BuildResult:
         return self.wheel is not None
 
 
-def build_environment(spec: BuildSpec, extra: dict[str, str] | None = None) -> dict[str, str]:
+def build_environment(spec: BuildSpec, python: Path, project: KilnProject,
+                      extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of one build: the variant, the commit's time, kiln reachable by the build (its
+    metadata provider, CMake's Python calls, Kiln_ROOT for find_package(Kiln)), the compiler cache."""
     env = dict(os.environ)
+    paths = [str(kiln_import_root(python)), *(p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p)]
     env.update({
         "KILN_VARIANT": spec.variant_env,
-        "SOURCE_DATE_EPOCH": source_date_epoch(),
+        "SOURCE_DATE_EPOCH": source_date_epoch(project.root),
         "CMAKE_BUILD_PARALLEL_LEVEL": env.get("CMAKE_BUILD_PARALLEL_LEVEL", str(os.cpu_count() or 2)),
         "PYTHONHASHSEED": "0",
+        "PYTHONPATH": os.pathsep.join(paths),
+        "Kiln_ROOT": str(resources.package_dir()),
+        # torch.utils.cpp_extension's ninja (backend builds): as many jobs as CMake's.
+        "MAX_JOBS": env.get("MAX_JOBS", str(os.cpu_count() or 2)),
     })
+    env.pop("KILN_PROJECT_DIR", None)  # the build serves the tree it builds, whatever kiln was pointed at
     ccache = shutil.which("ccache")
     if ccache and env.get("KILN_CCACHE", "1") != "0":
         for lang in ("C", "CXX", "CUDA"):
             env.setdefault(f"CMAKE_{lang}_COMPILER_LAUNCHER", ccache)
         # Builds of the same sources from different directories share cache hits.
-        env.setdefault("CCACHE_BASEDIR", str(REPO_ROOT))
+        env.setdefault("CCACHE_BASEDIR", str(project.root))
         env.setdefault("CCACHE_NOHASHDIR", "1")
     env.update(extra or {})
     return env
 
 
 def build_wheel(python: Path, spec: BuildSpec, out_dir: Path, log: Path, build_dir: Path,
-                env_extra: dict[str, str] | None = None, source: Path = REPO_ROOT) -> Path:
+                env_extra: dict[str, str] | None = None, source: Path | None = None) -> Path:
+    """Build the project in ``source`` (default: the configured one) for ``spec`` with the build venv's
+    ``python``: one wheel of that project, labelled and pinned (a backend build is labelled here)."""
+    project = load_project(source) if source is not None else current_project()
+    env = build_environment(spec, python, project, env_extra)
     cmd = [str(python), "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "--no-cache-dir", "-v",
-           "-w", str(out_dir), "-C", f"build-dir={build_dir}", str(source)]
+           "-w", str(out_dir)]
+    if project.build == "kiln":
+        cmd += ["-C", f"build-dir={build_dir}"]
+    cmd.append(str(project.root))
     with log.open("a") as fh:
         fh.write(f"$ {' '.join(cmd)}\n")
         fh.flush()
-        proc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, env=build_environment(spec, env_extra),
-                              cwd=source)
+        proc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=project.root)
     if proc.returncode != 0:
         raise PipelineError("build", f"pip wheel failed (exit {proc.returncode}); last lines of {log}:\n"
                             + tail(log))
-    wheels = sorted(out_dir.glob("opkiln-*.whl"))
-    if len(wheels) != 1:
-        raise PipelineError("build", f"expected exactly one wheel, got {[w.name for w in wheels]}")
+    wheels = sorted(out_dir.glob(f"{project.wheel_name}-*.whl"))
+    others = sorted(w.name for w in out_dir.glob("*.whl") if w not in wheels)
+    if len(wheels) != 1 or others:
+        raise PipelineError("build", f"expected exactly one {project.wheel_name} wheel, got "
+                            f"{[w.name for w in wheels] + others}")
+    if project.build == "backend":
+        return label_backend_wheel(wheels[0], python, spec, project, out_dir / "labelled", env)
     return wheels[0]
+
+
+def label_backend_wheel(wheel: Path, python: Path, spec: BuildSpec, project: KilnProject, out_dir: Path,
+                        env: dict[str, str]) -> Path:
+    """What scikit-build-core and kiln's metadata provider give a kiln build, given to a backend's wheel:
+    the local version label, the torch pin and the build info (kiln_tool.relabel)."""
+    from .build_info import backend_build_info
+    from .relabel import RelabelError, relabel_wheel
+    from .torch_probe import TorchNotFound, find_torch
+    from .variant import VariantError, local_label, resolve_variant, torch_requirement
+
+    site = sorted((python.parent.parent / "lib").glob("python3*/site-packages"))
+    try:
+        torch = find_torch([str(site[0])] if site else [])
+        variant = resolve_variant(torch, env, project)
+    except (TorchNotFound, VariantError) as exc:
+        raise PipelineError("label", str(exc)) from None
+    if variant.mode != "torch":
+        raise PipelineError("label", "a backend build is labelled per torch minor (abi = [\"torch\"]); the "
+                            "stable ABI needs kiln's build")
+    info = backend_build_info(project, torch, variant, spec.python, env.get("KILN_GIT_COMMIT"))
+    try:
+        return relabel_wheel(wheel, out_dir, package=project.package, project=project.name,
+                             local_label=local_label(torch, variant),
+                             torch_requirement=torch_requirement(torch, variant, ""), build_info=info,
+                             epoch=env["SOURCE_DATE_EPOCH"])
+    except RelabelError as exc:
+        raise PipelineError("label", str(exc)) from None
 
 
 def tail(path: Path, lines: int = 25) -> str:
@@ -121,7 +173,8 @@ def place(wheel: Path, dist: Path) -> Path:
 
 def run_pipeline(spec: BuildSpec, dist: Path, logs: Path,
                  progress: Callable[[BuildSpec, str], None] | None = None,
-                 install_into: Path | None = None) -> BuildResult:
+                 install_into: Path | None = None, project: KilnProject | None = None) -> BuildResult:
+    project = project or current_project()
     result = BuildResult(spec=spec, log=logs / f"{spec.name}.log")
     logs.mkdir(parents=True, exist_ok=True)
     assert result.log is not None
@@ -135,10 +188,11 @@ def run_pipeline(spec: BuildSpec, dist: Path, logs: Path,
     started = time.perf_counter()
     try:
         step("venv")
-        python = ensure_build_env(spec, result.log)
+        python = ensure_build_env(spec, result.log, project)
         with tempfile.TemporaryDirectory(prefix=f"kiln-{spec.name}-") as tmp:
             step("build")
-            built = build_wheel(python, spec, Path(tmp) / "built", result.log, REPO_ROOT / "build" / spec.name)
+            built = build_wheel(python, spec, Path(tmp) / "built", result.log, project.root / "build" / spec.name,
+                                source=project.root)
             step("repair")
             repaired = repair_wheel(built, Path(tmp) / "repaired")
             step("audit")

@@ -13,8 +13,9 @@ The table is small; everything it leaves out has a default (data/tool-kiln.schem
     index-url = "https://example.org/wheels"
     matrix = "kiln"              # or the path of the project's own matrix.json
 
-Standard library only: `kiln matrix` and `kiln venv` run on a bare Python, and scikit-build-core's metadata provider and the configure step
-(kiln_tool.build_config, kiln_tool.build_info) load the table inside a build venv. The schema is
+Standard library only: `kiln matrix` and `kiln venv` run on a bare Python, and scikit-build-core's
+metadata provider and the configure step (kiln_tool.build_config, kiln_tool.build_info) load the table
+inside a build venv. The schema is
 interpreted here for the subset of JSON Schema it uses, so every bad key gets its own line; the test
 suite holds this reading equal to a full JSON Schema validator's on generated tables.
 """
@@ -79,6 +80,8 @@ class KilnProject:
     index_url: str | None
     matrix_file: Path
     schema_sources: tuple[str, ...] = ()
+    build_requires: tuple[str, ...] = ()
+    """[build-system] requires: what a backend build's venv needs beside torch and kiln's toolchain."""
 
     @property
     def wheel_name(self) -> str:
@@ -182,7 +185,8 @@ def _read_pyproject(root: Path) -> dict[str, Any]:
     if len(raw) > MAX_PYPROJECT_BYTES:
         raise ProjectError([f"{path}: larger than {MAX_PYPROJECT_BYTES} bytes"])
     try:
-        return tomllib.loads(raw.decode("utf-8"))
+        document: dict[str, Any] = tomllib.loads(raw.decode("utf-8"))
+        return document
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise ProjectError([f"{path}: not valid TOML ({exc})"]) from None
 
@@ -225,8 +229,13 @@ def load_project(root: Path) -> KilnProject:
     problems = table_problems(table)
     if problems:
         raise ProjectError(problems)
-    backend = document.get("build-system", {}).get("build-backend") if isinstance(
-        document.get("build-system"), dict) else None
+    build_system = document.get("build-system")
+    build_system = build_system if isinstance(build_system, dict) else {}
+    backend = build_system.get("build-backend")
+    requires = build_system.get("requires", [])
+    if not isinstance(requires, list) or len(requires) > 64 or not all(
+            isinstance(r, str) and 0 < len(r) <= 200 and "\n" not in r for r in requires):
+        raise ProjectError([f"{root / PYPROJECT}: [build-system] requires is not a list of at most 64 requirements"])
     build = table.get("build", "kiln" if backend == SCIKIT_BUILD_BACKEND else "backend")
     canonical = canonical_name(name)
     package = table.get("package", re.sub(r"[-.]+", "_", name).lower())
@@ -247,7 +256,7 @@ def load_project(root: Path) -> KilnProject:
         root=root, name=canonical, package=package, namespace=table.get("namespace", package), build=build,
         libraries=table.get("libraries", "python-module"), abi_modes=tuple(table.get("abi", ["torch"])),
         version=version, index_url=table.get("index-url"), matrix_file=matrix_file,
-        schema_sources=tuple(table.get("schema-sources", ())))
+        schema_sources=tuple(table.get("schema-sources", ())), build_requires=tuple(requires))
 
 
 def project_dir() -> Path:

@@ -57,7 +57,8 @@ class RepairInputError(RepairError):
 
 
 def check_wheel_input(wheel: Path) -> None:
-    """Refuse what auditwheel must never see: anything but a kiln wheel (kiln_tool.kiln_wheel);
+    """Refuse what auditwheel must never see: a wheel of the configured project that is not a kiln wheel
+    (kiln_tool.kiln_wheel; another project's wheel is repaired as it is, with the same excludes and floor);
     the audit's member rules (no symbolic links, no absolute or
     ``..`` paths, no duplicates, limits on sizes and ratios) and every member's data (streamed, CRC-checked).
 
@@ -74,8 +75,13 @@ def check_wheel_input(wheel: Path) -> None:
         raise RepairInputError(f"{wheel} is not a wheel file (a .whl zip archive)")
     try:
         with SafeZip(wheel) as archive:
-            # kiln repairs kiln's wheels only: the definition the index and the audit hold them to.
-            kiln_wheel.check_archive(kiln_wheel.check_name(wheel.name), archive)
+            if kiln_wheel.is_kiln_project(wheel.name):
+                # The project's own wheel: the definition the index and the audit hold it to.
+                kiln_wheel.check_archive(kiln_wheel.check_name(wheel.name), archive)
+            else:
+                for member in archive.members:  # every member's data streamed through its size and CRC checks
+                    for _chunk in archive.stream(member):
+                        pass
     except kiln_wheel.NotAKilnWheel as exc:
         raise RepairInputError(f"{wheel}: not a kiln wheel: {exc}") from None
     except UnsafeArchiveError as exc:

@@ -1,4 +1,4 @@
-"""Build the same sources twice under different conditions and compare the wheels byte for byte.
+"""Build the configured project's sources twice under different conditions and compare the wheels byte for byte.
 
 The two builds differ in: absolute source and build directory (and the
 filesystem: ext4 vs tmpfs, so directory listing order differs too), the order
@@ -19,10 +19,11 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .build_env import REPO_ROOT, ensure_build_env
+from .build_env import ensure_build_env
 from .epoch import source_date_epoch
 from .matrix_data import BuildSpec
 from .pipeline import PipelineError, build_wheel
+from .project import KilnProject, current_project
 from .repair import repair_wheel
 
 
@@ -43,18 +44,18 @@ def conditions(base_a: Path, base_b: Path) -> tuple[Condition, Condition]:
     )
 
 
-def source_files(repo: Path = REPO_ROOT) -> list[str]:
+def source_files(repo: Path) -> list[str]:
     out = subprocess.run(["git", "-C", str(repo), "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
                          capture_output=True, check=True)
     return sorted(p for p in out.stdout.decode().split("\0") if p and (repo / p).is_file())
 
 
-def git_commit(repo: Path = REPO_ROOT) -> str:
+def git_commit(repo: Path) -> str:
     out = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True)
     return out.stdout.strip() or "unknown"
 
 
-def copy_tree(files: list[str], dest: Path, reverse: bool, repo: Path = REPO_ROOT) -> None:
+def copy_tree(files: list[str], dest: Path, reverse: bool, repo: Path) -> None:
     for rel in (reversed(files) if reverse else files):
         target = dest / rel
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -146,21 +147,23 @@ def diffoscope(a: Path, b: Path, max_lines: int = 120) -> str | None:
     return "\n".join(proc.stdout.splitlines()[:max_lines])
 
 
-def run_repro(spec: BuildSpec, logs: Path, keep: Path | None = None) -> ReproResult:
+def run_repro(spec: BuildSpec, logs: Path, keep: Path | None = None,
+              project: KilnProject | None = None) -> ReproResult:
+    project = project or current_project()
     logs.mkdir(parents=True, exist_ok=True)
     log = logs / f"repro-{spec.name}.log"
     log.write_text("")
-    python = ensure_build_env(spec, log)
-    files = source_files()
-    commit = git_commit()
-    epoch = source_date_epoch()
+    python = ensure_build_env(spec, log, project)
+    files = source_files(project.root)
+    commit = git_commit(project.root)
+    epoch = source_date_epoch(project.root)
     result = ReproResult(spec)
     shm = Path("/dev/shm")  # noqa: S108 - a tmpfs on purpose: another filesystem, another listing order
     with tempfile.TemporaryDirectory(prefix="kiln-repro-a-") as ta, \
             tempfile.TemporaryDirectory(prefix="kiln-repro-b-", dir=shm if shm.is_dir() else None) as tb:
         both = conditions(Path(ta), Path(tb))
         for condition in both:  # copy both trees before building: the same snapshot of the sources
-            copy_tree(files, condition.root, condition.reverse_copy)
+            copy_tree(files, condition.root, condition.reverse_copy, project.root)
         for condition in both:
             out = Path(ta if condition.name == "a" else tb) / "out"
             try:

@@ -63,13 +63,13 @@ def test_sbom_names_the_toolchain_with_versions(cpu_wheel: Path, cuda_wheel: Pat
         if needs_nvcc:
             assert versions["nvcc"].startswith("13.0")
         props = {p["name"]: p["value"] for p in sbom["metadata"]["component"]["properties"]}
-        assert props["opkiln:source_hash"] == info["source_hash"]
+        assert props["kiln:source_hash"] == info["source_hash"]
 
 
 def test_build_toolchain_lock_pins_every_input_with_hashes() -> None:
     wanted = [line.split("==")[0] for line in (REPO / "requirements" / "build.in").read_text().splitlines()
               if line and not line.startswith("#")]
-    lock = (REPO / "requirements" / "build.lock").read_text()
+    lock = (REPO / "src" / "kiln_tool" / "data" / "requirements" / "build.lock").read_text()
     blocks = [b for b in lock.split("\n") if b and not b.startswith((" ", "#"))]
     pinned = {b.split("==")[0]: b for b in blocks}
     for name in wanted:

@@ -31,8 +31,8 @@ def _refused_everywhere(site: Path, wheel: Path, rule: str, *, repair: bool = Tr
                         ) -> None:
     """kiln index, kiln audit and kiln repair all refuse the wheel: exit 2, the rule named, nothing changed.
 
-    A wheel of another project is foreign to the audit (``audit_rule=""``: judged by its checks, not refused
-    as input); the index and repair refuse it as not the site's project."""
+    A wheel of another project is foreign to the audit and to repair (``audit_rule=""``, ``repair=False``:
+    judged by its checks, repaired as it is); the index refuses it as not the site's project."""
     root = site.parent
     before_site, before_outside = tree(site), outside(root, site)
     run = kiln("index", wheel.parent, site)
@@ -187,7 +187,10 @@ def test_a_wheel_a_release_must_never_carry_is_refused(case: str, site: Path, tm
     for old in dist.glob("*.whl"):
         old.unlink()
     wheel = make_wheel(dist, **{"version": NEW, **knobs})
-    _refused_everywhere(site, wheel, rule, audit_rule="" if rule == "project" else None)
+    # Another project's wheel is foreign to the audit and to repair (repaired as it is, with kiln's excludes
+    # and floor); the index, which publishes the configured project only, refuses it.
+    foreign = rule == "project"
+    _refused_everywhere(site, wheel, rule, audit_rule="" if foreign else None, repair=not foreign)
 
 
 def test_a_build_tag_is_refused(site: Path, tmp_path: Path) -> None:

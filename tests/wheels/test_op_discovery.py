@@ -20,7 +20,7 @@ def test_every_op_folder_is_found() -> None:
 
 
 def test_manifest_lists_every_schema_of_the_ops_built() -> None:
-    manifest = op_manifest(op_bindings(REPO, ["roi_align", "rms_norm"]))
+    manifest = op_manifest(op_bindings(REPO, ["roi_align", "rms_norm"]), "opkiln")
     assert manifest == ["opkiln::_rms_norm_backward", "opkiln::_rms_norm_forward", "opkiln::_roi_align_backward",
                         "opkiln::rms_norm", "opkiln::roi_align"]
 
@@ -31,10 +31,10 @@ def test_an_op_without_its_binding_is_an_error(tmp_path: Path) -> None:
     (tmp_path / "ops" / "empty_op").mkdir(parents=True)
     (tmp_path / "ops" / "empty_op" / "binding.cpp").write_text("// no schema yet\n")
     with pytest.raises(ValueError, match=r"no m\.def"):
-        op_manifest(op_bindings(tmp_path))
+        op_manifest(op_bindings(tmp_path), "opkiln")
 
 
 def test_installed_wheel_manifest_matches_the_tree() -> None:
     opkiln = pytest.importorskip("opkiln")
     info = opkiln.build_info()
-    assert info["ops"] == op_manifest(op_bindings(REPO)), json.dumps(info["ops"])
+    assert info["ops"] == op_manifest(op_bindings(REPO), "opkiln"), json.dumps(info["ops"])

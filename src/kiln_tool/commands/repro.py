@@ -7,7 +7,8 @@ import json
 import sys
 from pathlib import Path
 
-HELP = "build a combination twice (other path, umask, locale, TZ, listing order) and compare the wheels"
+HELP = ("build a combination of the project twice (other path, umask, locale, TZ, listing order) and compare the "
+        "wheels")
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -17,17 +18,23 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from ..build_env import REPO_ROOT, BuildEnvError
-    from ..matrix_data import local_builds
+    from ..build_env import BuildEnvError
+    from ..matrix_data import MatrixError, local_builds
     from ..pipeline import PipelineError
+    from ..project import current_project
     from ..repro import run_repro
 
-    specs = [s for s in local_builds() if s.cuda == args.variant]
+    project = current_project()
+    try:
+        specs = [s for s in local_builds(project.matrix_file) if s.cuda == args.variant]
+    except MatrixError as exc:
+        print(f"kiln repro: {exc}", file=sys.stderr)
+        return 2
     if not specs:
         print(f"kiln repro: no local combination with CUDA tag {args.variant!r}", file=sys.stderr)
         return 2
     try:
-        result = run_repro(specs[0], REPO_ROOT / "build" / "logs", args.keep)
+        result = run_repro(specs[0], project.root / "build" / "logs", args.keep, project)
     except (PipelineError, BuildEnvError) as exc:
         print(f"kiln repro: {exc}", file=sys.stderr)
         return 2

@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from ..matrix_data import BuildSpec
 
-HELP = "build + auditwheel repair + kiln audit each combination; passing wheels land in dist/"
+HELP = ("build (+ label, for a backend build) + auditwheel repair + kiln audit each combination of the project; "
+        "passing wheels land in its dist/")
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -21,10 +22,10 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                         help="also pip install (no deps) each wheel whose torch matches this venv's (e.g. .venv)")
 
 
-def _select(args: argparse.Namespace) -> list[BuildSpec]:
+def _select(args: argparse.Namespace, matrix_file: Path) -> list[BuildSpec]:
     from ..matrix_data import local_builds
 
-    local = local_builds()
+    local = local_builds(matrix_file)
     if args.matrix == "local":
         return list(local)
     tag = args.variant or "cpu"
@@ -38,17 +39,18 @@ def execute(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from ..build_env import REPO_ROOT
     from ..pipeline import run_pipeline
+    from ..project import current_project
 
+    project = current_project()
     console = Console(stderr=True)
     try:
-        specs = _select(args)
+        specs = _select(args, project.matrix_file)
     except ValueError as exc:
         console.print(f"[red]kiln wheels:[/] {exc}")
         return 2
-    dist = args.dist or REPO_ROOT / "dist"
-    logs = REPO_ROOT / "build" / "logs"
+    dist = args.dist or project.root / "dist"
+    logs = project.root / "build" / "logs"
     results = []
     with console.status("starting") as status:
         def progress(spec: BuildSpec, step: str) -> None:
@@ -56,9 +58,9 @@ def execute(args: argparse.Namespace) -> int:
             console.log(f"{spec.name}: {step}")
 
         for spec in specs:
-            results.append(run_pipeline(spec, dist, logs, progress, args.install_into))
+            results.append(run_pipeline(spec, dist, logs, progress, args.install_into, project))
 
-    table = Table(title="kiln wheels")
+    table = Table(title=f"kiln wheels: {project.name} ({project.build} build)")
     for column in ("combination", "wheel", "size", "build time", "audit"):
         table.add_column(column, overflow="fold")
     for r in results:
