@@ -1,4 +1,4 @@
-"""kiln: the opkiln maintainer tool (matrix, build, audit, index, repro).
+"""kiln: build, repair, audit, index and reproduce PyTorch operator wheels of any op library (torch-kiln).
 
 Importable without torch and without a built extension.
 """

@@ -86,7 +86,7 @@ class Wheel:
     infos: dict[str, zipfile.ZipInfo]
     """The files of the wheel (directory entries left out)."""
     kiln: kiln_wheel.KilnWheel | None = None
-    """Set for kiln's own wheels (project opkiln), which passed the kiln-wheel definition; None for a
+    """Set for the configured project's wheels, which passed the kiln-wheel definition; None for a
     foreign wheel, judged by the archive rules and the audit's checks alone."""
     _data: dict[str, bytes] = field(default_factory=dict)
     _files: dict[str, Path] = field(default_factory=dict)

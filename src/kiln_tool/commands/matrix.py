@@ -51,8 +51,14 @@ def execute(args: argparse.Namespace) -> int:
         select_jobs,
     )
 
+    from ..project import ProjectError, find_project
+
     try:
-        matrix = load(args.file or MATRIX_FILE)
+        project = find_project()
+    except ProjectError:
+        project = None  # the matrix is readable whatever the rest of the table says; kiln wheels names the problem
+    try:
+        matrix = load(args.file or (project.matrix_file if project is not None else MATRIX_FILE))
         if args.docker_args:
             print("\n".join(docker_build_args(matrix, *args.docker_args)))
             return 0
