@@ -50,7 +50,6 @@ def execute(args: argparse.Namespace) -> int:
         load,
         select_jobs,
     )
-
     from ..project import ProjectError, find_project
 
     try:
