@@ -10,6 +10,7 @@ atomically, so dist/ never holds a partial or failing wheel.
 from __future__ import annotations
 
 import os
+import platform
 import shutil
 import subprocess
 import tempfile
@@ -82,6 +83,8 @@ def build_wheel(python: Path, spec: BuildSpec, out_dir: Path, log: Path, build_d
     ``python``: one wheel of that project, labelled and pinned (a backend build is labelled here)."""
     project = load_project(source) if source is not None else current_project()
     env = build_environment(spec, python, project, env_extra)
+    if project.build == "backend":
+        env = {**env, **backend_cuda_environment(spec, project, env)}
     cmd = [str(python), "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "--no-cache-dir", "-v",
            "-w", str(out_dir)]
     if project.build == "kiln":
@@ -102,6 +105,25 @@ def build_wheel(python: Path, spec: BuildSpec, out_dir: Path, log: Path, build_d
     if project.build == "backend":
         return label_backend_wheel(wheels[0], python, spec, project, out_dir / "labelled", env)
     return wheels[0]
+
+
+def backend_cuda_environment(spec: BuildSpec, project: KilnProject, env: dict[str, str]) -> dict[str, str]:
+    """What torch.utils.cpp_extension reads for a CUDA build, from the same data kiln's CMake build reads:
+    the arch list of the matrix (KILN_CUDA_ARCHS overrides it, as for a kiln build) and the toolkit root
+    (KILN_CUDA_HOME, when the nvcc first on PATH is a wrapper: ../shared/notes/toolchain.md)."""
+    from .matrix_data import arch_list, cuda_version, load
+
+    cuda = cuda_version(spec.cuda)
+    if cuda is None:
+        return {}
+    extra = {}
+    override = env.get("KILN_CUDA_ARCHS", "").strip()
+    archs = override.replace(",", ";") if override else ";".join(
+        arch_list(load(project.matrix_file), cuda, platform.machine()))
+    extra["TORCH_CUDA_ARCH_LIST"] = archs
+    if env.get("KILN_CUDA_HOME"):
+        extra["CUDA_HOME"] = env["KILN_CUDA_HOME"]
+    return extra
 
 
 def label_backend_wheel(wheel: Path, python: Path, spec: BuildSpec, project: KilnProject, out_dir: Path,
