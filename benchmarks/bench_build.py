@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
                                          env=clean_env({"PYTHONPATH": str(REPO / "src"),
                                                         "KILN_VARIANT": "cuda"}),
                                          capture_output=True, text=True, check=True).stdout)
-        matrix = json.loads((REPO / "data" / "matrix.json").read_text())
+        matrix = json.loads((REPO / "src" / "kiln_tool" / "data" / "matrix.json").read_text())
         listed = list(matrix["cuda_archs"][info["torch"]["cuda"]]["x86_64"])
         archs = ";".join([*listed[:-1], listed[-1] + "+PTX"])
     std = json.loads(subprocess.run([str(python), "-m", "kiln_tool.build_config", "--format", "json"],

@@ -22,7 +22,9 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-MATRIX_FILE = Path(__file__).resolve().parents[2] / "data" / "matrix.json"
+from . import resources
+
+MATRIX_FILE = resources.data_path("matrix.json")
 SCHEMA_VERSION = 2
 MODES = ("torch", "stable")
 

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO, Protocol
 
+from . import resources
+
 _CHUNK = 1 << 16
 _LOCAL_HEADER = struct.Struct("<4s2xHH16xHH")  # magic, flags, method, ..., name length, extra length
 _LOCAL_FULL = struct.Struct("<4sHHHHHIIIHH")  # magic, version, flags, method, time, date, crc, sizes, lengths
@@ -60,7 +62,7 @@ class ZipLimits(Protocol):
     def ratio_applies_above_bytes(self) -> int: ...
 
 
-LIMITS_FILE = Path(__file__).resolve().parents[2] / "data" / "audit_policy" / "common.json"
+LIMITS_FILE = resources.data_path("audit_policy", "common.json")
 
 
 @dataclass(frozen=True)

@@ -18,9 +18,9 @@ from pathlib import Path
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-from .build_env import REPO_ROOT
+from . import resources
 
-RUNTIME_FILE = REPO_ROOT / "data" / "torch_runtime.json"
+RUNTIME_FILE = resources.data_path("torch_runtime.json")
 
 
 class TorchRuntimeError(RuntimeError):

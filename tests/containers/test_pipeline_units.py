@@ -175,7 +175,7 @@ def test_the_compile_meter_is_read_per_wheel(tmp_path: Path) -> None:
 
 
 def test_the_container_recipe_is_data() -> None:
-    data = json.loads((REPO / "data" / "containers.json").read_text())
+    data = json.loads((REPO / "src" / "kiln_tool" / "data" / "containers.json").read_text())
     assert data["schema_version"] == 1
     assert "--bridge=none" in data["engine"]["dockerd_args"]
     assert set(data["standin"]["debian_arch"]) >= {"x86_64"}
@@ -187,7 +187,7 @@ def test_an_emulated_container_gets_its_architectures_cpuinfo() -> None:
     other = "aarch64" if host_arch() == "x86_64" else "x86_64"
     mount = emulation_mounts(other)
     if other == "aarch64":
-        source = REPO / "data" / "emulation" / "aarch64-cpuinfo"
+        source = REPO / "src" / "kiln_tool" / "data" / "emulation" / "aarch64-cpuinfo"
         assert mount == f" --volume={source}:/proc/cpuinfo:ro --env=QEMU_CPU=neoverse-n1"
         text = source.read_text()
         assert "CPU implementer" in text and "Features" in text and " sve" not in text

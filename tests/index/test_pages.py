@@ -50,7 +50,7 @@ def wheel_links(site: Path, page: str) -> dict[str, dict[str, str | None]]:
 
 def _matrix_minors_with(cuda: str, floor: tuple[int, int]) -> set[str]:
     """Read straight from data/matrix.json: torch minors >= floor that ship the CUDA variant."""
-    matrix = json.loads((REPO / "data" / "matrix.json").read_text())
+    matrix = json.loads((REPO / "src" / "kiln_tool" / "data" / "matrix.json").read_text())
     minors = set()
     for release in matrix["torch"]:
         major, minor = (int(p) for p in release["version"].split(".")[:2])

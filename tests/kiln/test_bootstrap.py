@@ -103,11 +103,10 @@ def test_an_import_guarded_by_its_import_error_is_optional(tmp_path: Path) -> No
 
 @pytest.fixture
 def repo_copy(tmp_path: Path) -> Path:
-    """A tree with scripts/, src/ and data/ of this checkout and no .venv."""
+    """A tree with scripts/ and src/ (kiln's data inside) of this checkout and no .venv."""
     root = tmp_path / "repo"
     shutil.copytree(SCRIPTS, root / "scripts", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(REPO / "src", root / "src", ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copytree(REPO / "data", root / "data")
     return root
 
 

@@ -102,7 +102,7 @@ def test_broken_matrix_file_is_exit_2_naming_the_problem(tmp_path: Path) -> None
     bad_json.write_text("{not json")
     result = kiln_matrix("--file", str(bad_json))
     assert result.returncode == 2 and "not valid JSON" in result.stderr
-    data = json.loads((REPO / "data" / "matrix.json").read_text())
+    data = json.loads((REPO / "src" / "kiln_tool" / "data" / "matrix.json").read_text())
     del data["cuda_archs"]["13.0"]
     inconsistent = tmp_path / "inconsistent.json"
     inconsistent.write_text(json.dumps(data))

@@ -15,7 +15,7 @@ from kiln_tool import matrix_data
 from kiln_tool.matrix_data import MatrixError, build_jobs, parse_matrix
 
 REPO = Path(__file__).resolve().parents[2]
-RAW: dict[str, Any] = json.loads((REPO / "data" / "matrix.json").read_text())
+RAW: dict[str, Any] = json.loads((REPO / "src" / "kiln_tool" / "data" / "matrix.json").read_text())
 
 
 def _raw() -> dict[str, Any]:
@@ -213,14 +213,14 @@ def test_docker_base_images_are_the_ones_cibuildwheel_pins() -> None:
 
 @pytest.mark.skipif(sys.platform != "linux", reason="CMake picks the arch list by the host processor")
 def test_cmake_reads_the_same_arch_lists_as_kiln() -> None:
-    """cmake/OpkilnCuda.cmake reads cuda_archs itself; both must agree (newest arch + PTX)."""
+    """kiln's KilnCuda.cmake reads cuda_archs itself; both must agree (newest arch + PTX)."""
     import platform
 
     proc = "aarch64" if platform.machine() in ("aarch64", "arm64") else "x86_64"
     cmake = Path(sys.executable).parent / "cmake"
     script = (
-        'set(KILN_SOURCE_DIR "${SRC}")\ninclude("${SRC}/cmake/OpkilnCuda.cmake")\n'
-        'foreach(v IN LISTS VERSIONS)\n  opkiln_arch_list_from_data("${v}" out)\n'
+        'include("${SRC}/src/kiln_tool/cmake/KilnCuda.cmake")\n'
+        'foreach(v IN LISTS VERSIONS)\n  kiln_cuda_arch_list("${v}" out MATRIX "${SRC}/src/kiln_tool/data/matrix.json")\n'
         '  message("${v}=${out}")\nendforeach()\n'
     )
     matrix = matrix_data.load()

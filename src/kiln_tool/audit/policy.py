@@ -10,12 +10,12 @@ import fnmatch
 import json
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
+from .. import resources
 from .errors import AuditInputError
 
-POLICY_DIR = Path(__file__).resolve().parents[3] / "data" / "audit_policy"
+POLICY_DIR = resources.data_path("audit_policy")
 DEFAULT_POLICY = "manylinux_2_28"
 _NAME_RE = re.compile(r"^[a-z0-9_]+$")
 _MANYLINUX_RE = re.compile(r"^manylinux_(\d+)_(\d+)_(\w+)$")

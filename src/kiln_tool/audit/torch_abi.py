@@ -37,9 +37,10 @@ from functools import cache
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from .. import resources
 from .elf import ElfInvalid, ElfLibrary
 
-DATA_DIR = Path(__file__).resolve().parents[3] / "data" / "torch_abi"
+DATA_DIR = resources.data_path("torch_abi")
 DATA_DIR_ENV = "KILN_TORCH_ABI_DIR"  # another folder of records (tests; a fork's own torch builds)
 FORMAT = 1
 RUNTIME_DIR = "runtime"
@@ -345,4 +346,5 @@ def write_record(record: dict[str, Any], out_dir: Path) -> Path:
     partial = target.with_suffix(".json.partial")
     partial.write_text(json.dumps(record, indent=1) + "\n")
     partial.replace(target)
+    _recorded_in.cache_clear()  # a record written in this process is seen by the audit that follows (kiln release)
     return target

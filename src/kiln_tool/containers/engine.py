@@ -20,9 +20,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..build_env import REPO_ROOT
+from .. import resources
 
-CONTAINERS_FILE = REPO_ROOT / "data" / "containers.json"
+CONTAINERS_FILE = resources.data_path("containers.json")
 STATE_DIR = Path(os.environ.get("KILN_CONTAINER_STATE", Path.home() / ".cache" / "opkiln" / "containers"))
 
 

@@ -31,11 +31,12 @@ from pathlib import Path
 from typing import Any, Protocol, cast
 from urllib.parse import quote
 
+from .. import resources
 from .errors import IndexConflictError, IndexInputError, IndexIntegrityError
 
 REPO = Path(__file__).resolve().parents[3]
 DEFAULT_CONFIG = REPO / "data" / "storage.json"
-SCHEMA = REPO / "data" / "storage.schema.json"
+SCHEMA = resources.data_path("storage.schema.json")
 BACKENDS = ("site", "github-release", "s3")
 _CHUNK = 1 << 20
 

@@ -1,0 +1,40 @@
+"""Where kiln's own files are: the data it reads, its CMake package, the requirement pins it installs.
+
+They ship inside the package (src/kiln_tool/data, src/kiln_tool/cmake; the torch-kiln wheel holds
+them as plain files), so every path here is beside this module, whether kiln runs from a checkout
+(scripts/kiln) or from an installed wheel. Nothing of the project kiln builds is found here: that
+is kiln_tool.project's. Standard library only (CMake and the launcher's bootstrap import it).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+__all__ = ["cmake_dir", "data_dir", "data_path", "package_dir", "requirements_path"]
+
+_PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+def package_dir() -> Path:
+    """The kiln_tool package folder (what `import kiln_tool` loads)."""
+    return _PACKAGE_DIR
+
+
+def data_dir() -> Path:
+    """kiln's data: the matrix, audit policies, torch ABI records, container recipes, schemas."""
+    return _PACKAGE_DIR / "data"
+
+
+def data_path(*parts: str) -> Path:
+    """A file or folder under data_dir(), e.g. data_path("audit_policy", "common.json")."""
+    return data_dir().joinpath(*parts)
+
+
+def cmake_dir() -> Path:
+    """kiln's CMake package (KilnConfig.cmake): what `find_package(Kiln CONFIG)` needs as Kiln_DIR."""
+    return _PACKAGE_DIR / "cmake"
+
+
+def requirements_path(name: str) -> Path:
+    """A requirement file kiln installs from at run time (data/requirements/NAME: build.lock, uv.txt, pip.txt)."""
+    return data_path("requirements", name)
