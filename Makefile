@@ -3,8 +3,9 @@
 # venvs from pinned requirement files; nothing is installed by hand. Each target
 # installs what it needs and no more: `make wheels` the tool (requirements/kiln.txt)
 # and one build venv; `make test` the Debian packages, the dev venv (dev.txt) and
-# every local build venv. The venvs are made by uv (pinned in requirements/uv.txt,
-# installed into .tools/uv/ by $(PYTHON) on first use: src/kiln_tool/venvs.py).
+# every local build venv. The venvs are made by uv (pinned in kiln's own
+# src/kiln_tool/data/requirements/uv.txt, installed into .tools/uv/ by $(PYTHON) on first use:
+# src/kiln_tool/venvs.py).
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 .DEFAULT_GOAL := help
@@ -14,7 +15,10 @@ VENV := .venv
 VPY := $(VENV)/bin/python
 KILN := $(VPY) scripts/kiln
 # `kiln venv` needs the standard library only: a bare $(PYTHON) runs it before .venv exists.
-VENV_FOR = $(PYTHON) scripts/kiln venv $(VENV) --python $(PYTHON) $(foreach f,$(1),-r requirements/$(f).txt)
+# Every venv gets kiln's one pin of pip (uv makes venvs without it), then the named files.
+KILN_DATA := src/kiln_tool/data
+VENV_FOR = $(PYTHON) scripts/kiln venv $(VENV) --python $(PYTHON) -r $(KILN_DATA)/requirements/pip.txt \
+  $(foreach f,$(1),-r requirements/$(f).txt)
 # VARIANT: cpu (torch 2.13.0, the default) or cu130 (torch 2.14.1 + nvcc 13.0).
 # MATRIX=local builds every combination this machine can build.
 VARIANT ?= cpu
@@ -51,7 +55,7 @@ dev-venv:
 bench-venv:
 	$(call VENV_FOR,dev bench)
 
-# The build venvs (.venvs/: exact torch + requirements/build.lock) of every local combination.
+# The build venvs (.venvs/: exact torch + $(KILN_DATA)/requirements/build.lock) of every local combination.
 build-venvs: venv
 	$(KILN) venv --build local
 

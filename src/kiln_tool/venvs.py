@@ -1,6 +1,6 @@
 """Virtual environments made with uv: the repo venv (.venv) and the build venvs (.venvs/).
 
-uv (pinned with hashes in requirements/uv.txt) is installed once into .tools/uv/ by the
+uv (pinned with hashes in kiln's data/requirements/uv.txt) is installed once into .tools/uv/ by the
 Python that runs kiln (`pip install --target`); it creates a venv in well under a second
 and installs torch in seconds where pip takes minutes, and a second venv from its cache in
 about one. uv does not read pip's configuration, so the package sources pip is configured
@@ -28,9 +28,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO
 
+from . import resources
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
-UV_REQUIREMENTS = REPO_ROOT / "requirements" / "uv.txt"
-KILN_REQUIREMENTS = REPO_ROOT / "requirements" / "kiln.txt"
+UV_REQUIREMENTS = resources.requirements_path("uv.txt")
+PIP_REQUIREMENTS = resources.requirements_path("pip.txt")  # the pip every venv kiln makes for a build gets
 UV_HOME = REPO_ROOT / ".tools" / "uv"
 STAMP = ".opkiln-requirements"
 
@@ -53,7 +55,8 @@ def pinned(name: str, requirements: Path) -> str:
 
 
 def ensure_uv(log: IO[str] | None = None) -> Path:
-    """The pinned uv, installed into .tools/uv/ (from requirements/uv.txt, hashes required) if missing."""
+    """The pinned uv, installed into .tools/uv/ (from UV_REQUIREMENTS, hashes required) if missing."""
+
     uv = UV_HOME / "bin" / "uv"
     want = pinned("uv", UV_REQUIREMENTS)
     if uv.exists():

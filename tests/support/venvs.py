@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kiln_tool.venvs import KILN_REQUIREMENTS, ensure_venv, pinned
+from kiln_tool.venvs import PIP_REQUIREMENTS, ensure_venv, pinned
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -34,7 +34,7 @@ def make_venv(path: Path, torch: str, extra: Sequence[str] = ()) -> Path:
     build (seconds from uv's cache). torch="2.14.1" reuses the CUDA build venv's torch through
     a .pth file instead of reinstalling 3.7 GB: a fresh environment with the real torch.
     """
-    packages = [f"pip=={pinned('pip', KILN_REQUIREMENTS)}", *extra]
+    packages = [f"pip=={pinned('pip', PIP_REQUIREMENTS)}", *extra]
     if torch == "2.14.1":
         skip_without_cu130()
     else:
