@@ -24,6 +24,7 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from .. import resources
 from ..build_env import REPO_ROOT
 from ..epoch import source_date_epoch
 from ..matrix_data import MatrixJob, build_jobs, github_entry
@@ -224,7 +225,7 @@ def emulation_mounts(arch: str) -> str:
     cpuinfo = recipe.get("cpuinfo", {}).get(arch)
     if not cpuinfo:
         return ""
-    path = REPO_ROOT / str(cpuinfo)
+    path = resources.data_path(str(cpuinfo))
     if not path.is_file():
         raise ContainerError(f"{path} is missing (data/containers.json emulation.cpuinfo)")
     mounts = f" --volume={path}:/proc/cpuinfo:ro"
