@@ -17,7 +17,6 @@ wheels that the next run adopts (same bytes) or refuses (other bytes).
 from __future__ import annotations
 
 import sys
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,19 +47,16 @@ class ReleaseResult:
 
 def _record_torch_abis(wheels: list[Path], say: Say) -> tuple[str, ...]:
     from .audit.torch_abi import data_dir
-    from .commands.torch_abi import _download, _needed_torches, _record
+    from .torch_abi_records import record_needed_torches
 
-    needed = _needed_torches(wheels)
-    for version in needed:
-        with tempfile.TemporaryDirectory(prefix="kiln-torch-abi-") as tmp:
-            _record(_download(version, Path(tmp)), (), data_dir())
+    needed = record_needed_torches(wheels, data_dir())
     say(f"release: torch ABIs: {', '.join(needed) if needed else 'every target torch is recorded or installed'}")
     return tuple(needed)
 
 
 def _audit(wheels: list[Path], say: Say) -> None:
     from .audit import AuditOptions, audit_paths
-    from .commands.audit import release_rule
+    from .audit.release_rule import release_rule
 
     report = audit_paths(wheels, AuditOptions(release=release_rule()))
     if not report.ok:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 HELP = "record a torch wheel's library exports (for auditing against a torch that is not installed)"
@@ -34,53 +33,12 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                         help="default: data/torch_abi ($KILN_TORCH_ABI_DIR)")
 
 
-def _record(wheel: Path, extra: tuple[Path, ...], out: Path) -> None:
-    from kiln_tool.audit.torch_abi import record_wheel, write_record
-
-    record = record_wheel(wheel, extra)
-    target = write_record(record, out)
-    counts = ", ".join(f"{Path(m).name} {e['count']}" for m, e in record["libraries"].items())
-    print(f"wrote {target} ({target.stat().st_size} bytes): torch {record['torch_version']}; {counts}")
-
-
-def _needed_torches(wheels: list[Path]) -> list[str]:
-    from kiln_tool.audit import inputs
-    from kiln_tool.audit.policy import DEFAULT_POLICY, load_policy
-    from kiln_tool.audit.target import candidate_lib_dirs, torch_version_at
-    from kiln_tool.audit.torch_abi import recorded_versions
-
-    have = set(recorded_versions()) | {torch_version_at(lib) for lib in candidate_lib_dirs()}
-    needed: list[str] = []
-    for path in wheels:
-        whl = inputs.open_wheel(path, load_policy(DEFAULT_POLICY).limits)
-        try:
-            info = whl.build_info() or {}
-        finally:
-            whl.close()
-        version = str(info.get("torch_version") or "")
-        if version and version not in have and version not in needed:
-            needed.append(version)
-    return needed
-
-
-def _download(version: str, into: Path) -> Path:
-    from kiln_tool import matrix_data
-
-    variant = version.partition("+")[2] or "cpu"
-    index = matrix_data.load().index_url(variant)
-    python = f"{sys.version_info.major}.{sys.version_info.minor}"
-    subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
-                    "--python-version", python, "--index-url", index, f"torch==={version}", "-d", str(into)],
-                   check=True)
-    (wheel,) = sorted(into.glob("torch-*.whl"))
-    return wheel
-
-
 def execute(args: argparse.Namespace) -> int:
     import zipfile
 
     from kiln_tool.audit.errors import AuditInputError
     from kiln_tool.audit.torch_abi import TorchAbiError, data_dir
+    from kiln_tool.torch_abi_records import record_needed_torches, record_torch_wheel
 
     out = args.out or data_dir()
     if bool(args.runtime) == bool(args.wheels):
@@ -99,11 +57,9 @@ def execute(args: argparse.Namespace) -> int:
             return 0
         if not args.for_wheels:
             for wheel in args.wheels:
-                _record(wheel, tuple(args.extra), out)
+                record_torch_wheel(wheel, tuple(args.extra), out)
             return 0
-        for version in _needed_torches(list(args.wheels)):
-            with tempfile.TemporaryDirectory(prefix="kiln-torch-abi-") as tmp:
-                _record(_download(version, Path(tmp)), tuple(args.extra), out)
+        record_needed_torches(list(args.wheels), out, tuple(args.extra))
         return 0
     except (TorchAbiError, AuditInputError, OSError, zipfile.BadZipFile, ValueError) as exc:
         print(f"kiln torch-abi: {exc}", file=sys.stderr)
