@@ -6,10 +6,6 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from kiln_tool.audit.context import ReleaseRule
 
 HELP = "audit wheels and .so files (ELF hardening, symbols, policy, CUDA archs, RECORD); exit 1 on errors"
 
@@ -42,32 +38,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                         "library")
 
 
-STANDIN_ENV = "KILN_STANDIN_MANYLINUX"
-
-
-def release_rule() -> ReleaseRule:
-    """The release floor from data/matrix.json; the stand-in's one tag from $KILN_STANDIN_MANYLINUX."""
-    import os
-    import re
-
-    from kiln_tool.audit.context import ReleaseRule
-    from kiln_tool.matrix_data import load_matrix
-
-    floor = str(load_matrix().get("manylinux_floor", ""))
-    match = re.fullmatch(r"manylinux_(\d+)_(\d+)", floor)
-    if not match:
-        raise ValueError(f"data/matrix.json manylinux_floor {floor!r} is not like manylinux_2_28")
-    standin = os.environ.get(STANDIN_ENV, "").strip() or None
-    if standin is not None and not re.fullmatch(r"manylinux_\d+_\d+", standin):
-        raise ValueError(f"{STANDIN_ENV}={standin!r} is not like manylinux_2_34")
-    if standin is not None:
-        print(f"kiln audit: STAND-IN run ({STANDIN_ENV}={standin}): wheels must carry that tag; "
-              f"none of them is a release wheel (the release floor is {floor})", file=sys.stderr)
-    return ReleaseRule(floor=(int(match.group(1)), int(match.group(2))), standin_tag=standin)
-
-
 def execute(args: argparse.Namespace) -> int:
     from kiln_tool.audit import AuditInputError, AuditOptions, audit_paths
+    from kiln_tool.audit.release_rule import release_rule
 
     try:
         release = release_rule() if args.release else None

@@ -66,7 +66,7 @@ def execute(args: argparse.Namespace) -> int:
 
 
 def _rehearse(engine: Any, args: argparse.Namespace, wheels: list[Path], uv: Path) -> dict[str, Any]:
-    from kiln_tool.commands.audit import STANDIN_ENV
+    from kiln_tool.audit.release_rule import STANDIN_ENV
     from kiln_tool.containers.cibw import host_arch, job_for, run_cibuildwheel
     from kiln_tool.containers.engine import ContainerError
     from kiln_tool.containers.images import ensure_base
