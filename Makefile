@@ -36,6 +36,7 @@ help:
 	@echo "make setup             what make test sets up before it runs anything: Debian packages, the dev venv,"
 	@echo "                       every local build venv"
 	@echo "make lint              ruff + mypy"
+	@echo "make kiln-wheel        the tool alone as the distribution torch-kiln, into dist/kiln/ (reproducible)"
 	@echo "make venv / dev-venv   the repo venv .venv with the tool (kiln.txt) / + build, lint, test tools (dev.txt)"
 	@echo "make cibuildwheel      cibuildwheel in manylinux containers (a stand-in base where the real image"
 	@echo "                       cannot be pulled): cp311 CPU + cu130 wheels, built, repaired, audited, tested"
@@ -54,6 +55,21 @@ dev-venv:
 
 bench-venv:
 	$(call VENV_FOR,dev bench)
+
+# kiln-wheel: the tool (src/kiln_tool: code, data, CMake package) as the distribution torch-kiln
+# (packaging/kiln/pyproject.toml), built by hatchling from requirements/kiln-wheel.lock (hashes) in
+# its own venv. SOURCE_DATE_EPOCH (unless set): the last commit of the tool's own files, so a rebuild,
+# and a build of a later commit that leaves the tool alone, is byte-identical.
+KILN_WHEEL_DIR ?= dist/kiln
+KILN_WHEEL_VENV := .venv-kiln-wheel
+.PHONY: kiln-wheel
+kiln-wheel:
+	$(PYTHON) scripts/kiln venv $(KILN_WHEEL_VENV) --python $(PYTHON) -r $(KILN_DATA)/requirements/pip.txt \
+	  -r requirements/kiln-wheel.lock
+	mkdir -p $(KILN_WHEEL_DIR) && rm -f $(KILN_WHEEL_DIR)/torch_kiln-*.whl
+	epoch="$${SOURCE_DATE_EPOCH:-$$(git log -1 --format=%ct -- src/kiln_tool packaging/kiln 2>/dev/null || true)}"; \
+	SOURCE_DATE_EPOCH="$${epoch:-315532800}" $(KILN_WHEEL_VENV)/bin/python -m pip wheel -q --no-build-isolation \
+	  --no-deps --no-index -w $(KILN_WHEEL_DIR) packaging/kiln
 
 # The build venvs (.venvs/: exact torch + $(KILN_DATA)/requirements/build.lock) of every local combination.
 build-venvs: venv
