@@ -30,6 +30,7 @@ def config_values(torch: TorchInstall, variant: BuildVariant, project: KilnProje
         "KILN_PACKAGE": project.package,
         "KILN_NAMESPACE": project.namespace,
         "KILN_LIBRARIES": project.libraries,
+        "KILN_MATRIX_FILE": str(project.matrix_file),
         "KILN_TORCH_ROOT": torch.root,
         "KILN_TORCH_VERSION": torch.version,
         "KILN_TORCH_PUBLIC_VERSION": torch.public_version,
@@ -40,7 +41,7 @@ def config_values(torch: TorchInstall, variant: BuildVariant, project: KilnProje
         "KILN_TORCH_CXX11_ABI": "1" if torch.cxx11_abi else "0",
         # torch's own requirement, raised to the C++20 our kernels are written in.
         "KILN_TORCH_CXX_STANDARD": str(max(torch.cxx_standard, MIN_CXX_STANDARD)),
-        "OPKILN_WITH_CUDA": "ON" if variant.cuda else "OFF",
+        "KILN_WITH_CUDA": "ON" if variant.cuda else "OFF",
         "KILN_VARIANT_TAG": variant.cuda_tag,
         "KILN_ABI_MODE": variant.mode,
         "KILN_WHEEL_VERSION": wheel_version(torch, variant, project.version),

@@ -1,0 +1,29 @@
+# kiln's CMake package: find_package(Kiln CONFIG REQUIRED), before project() (docs/cmake-api.md).
+#
+# Found through `kiln --cmake-dir` (-DKiln_DIR=...), the cmake.prefix entry point of the torch-kiln
+# distribution (scikit-build-core) or `kiln wheels`, which sets Kiln_DIR for the builds it drives.
+# It must work before project(): a CUDA build pins its compiler and architectures before the CUDA
+# language is enabled (kiln_configure()). So nothing here depends on a language or on the processor.
+#
+# Sets:
+#   KILN_CMAKE_DIR   this folder
+#   KILN_PYTHONPATH  the folder that holds the kiln_tool package: every Python call of kiln's CMake
+#                    runs `python -m kiln_tool.<module>` with PYTHONPATH set to it
+#   KILN_DATA_DIR    kiln's data (matrix.json: the default CUDA arch lists)
+# and defines the kiln_* functions of the modules below.
+
+if(CMAKE_VERSION VERSION_LESS 3.26)
+  message(FATAL_ERROR "kiln: CMake >= 3.26 is required (C++20 in CUDA sources), this is CMake ${CMAKE_VERSION}")
+endif()
+
+get_filename_component(KILN_CMAKE_DIR "${CMAKE_CURRENT_LIST_DIR}" ABSOLUTE)
+get_filename_component(KILN_PYTHONPATH "${CMAKE_CURRENT_LIST_DIR}/../.." ABSOLUTE)
+set(KILN_DATA_DIR "${KILN_PYTHONPATH}/kiln_tool/data")
+
+include("${KILN_CMAKE_DIR}/KilnPython.cmake")
+include("${KILN_CMAKE_DIR}/KilnTorch.cmake")
+include("${KILN_CMAKE_DIR}/KilnCuda.cmake")
+include("${KILN_CMAKE_DIR}/KilnHardening.cmake")
+include("${KILN_CMAKE_DIR}/KilnStableAbi.cmake")
+include("${KILN_CMAKE_DIR}/KilnBuildInfo.cmake")
+include("${KILN_CMAKE_DIR}/KilnLibrary.cmake")
