@@ -220,7 +220,8 @@ def test_cmake_reads_the_same_arch_lists_as_kiln() -> None:
     cmake = Path(sys.executable).parent / "cmake"
     script = (
         'include("${SRC}/src/kiln_tool/cmake/KilnCuda.cmake")\n'
-        'foreach(v IN LISTS VERSIONS)\n  kiln_cuda_arch_list("${v}" out MATRIX "${SRC}/src/kiln_tool/data/matrix.json")\n'
+        'foreach(v IN LISTS VERSIONS)\n'
+        '  kiln_cuda_arch_list("${v}" out MATRIX "${SRC}/src/kiln_tool/data/matrix.json")\n'
         '  message("${v}=${out}")\nendforeach()\n'
     )
     matrix = matrix_data.load()

@@ -1,0 +1,198 @@
+"""kiln's public CMake API on a project that is not opkiln (tests/cmake/tinyops, docs/cmake-api.md).
+
+One real configure, build and install of tinyops against the CPU torch of the build venv: a library
+loaded with torch.ops.load_library (the table's default kind) and a Python extension module, each one
+op. The asserts read the installed .so files (pyelftools) and load them; bad calls of the API stop the
+configure step with one message.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from elftools.elf.constants import P_FLAGS
+from elftools.elf.dynamic import DynamicSection
+from elftools.elf.elffile import ELFFile
+from elftools.elf.sections import SymbolTableSection
+
+REPO = Path(__file__).resolve().parents[2]
+KILN_CMAKE_DIR = REPO / "src" / "kiln_tool" / "cmake"
+PROJECT = Path(__file__).parent / "tinyops"
+TORCH_VENV = REPO / ".venvs" / "torch2.13-cpu-py3.11"
+TORCH_PYTHON = TORCH_VENV / "bin" / "python"
+
+pytestmark = pytest.mark.slow
+
+DF_TEXTREL = 0x4
+DF_BIND_NOW = 0x8
+
+
+def _cmake() -> Path:
+    """A CMake >= 3.26 (the dev venv's, else the build venv's): the system one is too old for C++20 CUDA."""
+    for candidate in (Path(sys.executable).parent / "cmake", TORCH_VENV / "bin" / "cmake"):
+        if candidate.exists():
+            return candidate
+    pytest.skip("no CMake >= 3.26 in the dev venv or the build venv (make setup)")
+
+
+def _env(cmake: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KILN_", "CMAKE_"))}
+    env["PATH"] = f"{cmake.parent}{os.pathsep}{env.get('PATH', '')}"  # ninja beside cmake
+    return env
+
+
+def _configure(source: Path, build: Path) -> subprocess.CompletedProcess[str]:
+    cmake = _cmake()
+    return subprocess.run(
+        [str(cmake), "-S", str(source), "-B", str(build), "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release",
+         f"-DPython_EXECUTABLE={TORCH_PYTHON}", f"-DKiln_DIR={KILN_CMAKE_DIR}"],
+        capture_output=True, text=True, env=_env(cmake), timeout=300)
+
+
+@dataclass(frozen=True)
+class Built:
+    source: Path
+    package: Path
+
+    @property
+    def load_library(self) -> Path:
+        return self.package / "_tiny_add.so"
+
+    @property
+    def python_module(self) -> Path:
+        (module,) = self.package.glob("_tiny_mod.*.so")
+        return module
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
+    if not TORCH_PYTHON.exists():
+        pytest.skip(f"{TORCH_VENV} is missing: scripts/kiln venv --build cpu (or make setup)")
+    root = tmp_path_factory.mktemp("cmake-api")
+    source = root / "tinyops"
+    shutil.copytree(PROJECT, source)
+    build, site = root / "build", root / "site"
+    cmake = _cmake()
+    configured = _configure(source, build)
+    assert configured.returncode == 0, configured.stdout + configured.stderr
+    for args in (["--build", str(build)], ["--install", str(build), "--prefix", str(site)]):
+        step = subprocess.run([str(cmake), *args], capture_output=True, text=True, env=_env(cmake), timeout=600)
+        assert step.returncode == 0, step.stdout + step.stderr
+    return Built(source=source, package=site / "tinyops")
+
+
+def _exported(path: Path) -> set[str]:
+    with path.open("rb") as fh:
+        dynsym = ELFFile(fh).get_section_by_name(".dynsym")
+        assert isinstance(dynsym, SymbolTableSection)
+        return {s.name for s in dynsym.iter_symbols()
+                if s.name and s["st_shndx"] != "SHN_UNDEF" and s["st_info"]["bind"] in ("STB_GLOBAL", "STB_WEAK")}
+
+
+def _dynamic(path: Path) -> dict[str, list[Any]]:
+    tags: dict[str, list[Any]] = {}
+    with path.open("rb") as fh:
+        for section in ELFFile(fh).iter_sections():
+            if isinstance(section, DynamicSection):
+                for tag in section.iter_tags():
+                    value = getattr(tag, tag.entry.d_tag[3:].lower(), tag.entry.d_val)
+                    tags.setdefault(tag.entry.d_tag, []).append(value)
+    return tags
+
+
+def _segments(path: Path) -> dict[str, int]:
+    with path.open("rb") as fh:
+        return {seg["p_type"]: seg["p_flags"] for seg in ELFFile(fh).iter_segments()}
+
+
+def test_nothing_is_exported_but_the_module_init(built: Built) -> None:
+    assert _exported(built.load_library) == set()
+    assert _exported(built.python_module) == {"PyInit__tiny_mod"}
+
+
+@pytest.mark.parametrize("library", ["load_library", "python_module"])
+def test_runpath_is_origin_relative_only(built: Built, library: str) -> None:
+    tags = _dynamic(getattr(built, library))
+    assert "DT_RPATH" not in tags
+    assert tags["DT_RUNPATH"] == ["$ORIGIN:$ORIGIN/../torch/lib"]
+
+
+@pytest.mark.parametrize("library", ["load_library", "python_module"])
+def test_no_text_relocations_no_executable_stack_and_relro_now(built: Built, library: str) -> None:
+    path = getattr(built, library)
+    tags = _dynamic(path)
+    assert "DT_TEXTREL" not in tags
+    flags = int(tags.get("DT_FLAGS", [0])[0])
+    assert not flags & DF_TEXTREL
+    assert flags & DF_BIND_NOW
+    segments = _segments(path)
+    assert not segments["PT_GNU_STACK"] & P_FLAGS.PF_X
+    assert "PT_GNU_RELRO" in segments
+
+
+def test_links_only_the_torch_it_uses(built: Built) -> None:
+    needed = _dynamic(built.load_library)["DT_NEEDED"]
+    assert {"libtorch_cpu.so", "libc10.so"} <= set(needed)
+    assert not [lib for lib in needed if "cuda" in lib or "python" in lib]
+
+
+def test_the_projects_tree_is_mapped_to_its_package(built: Built) -> None:
+    """__FILE__ (TORCH_CHECK) names tinyops/csrc/..., never where the project or the torch lies."""
+    data = built.load_library.read_bytes()
+    assert b"tinyops/csrc/tiny_add.cpp" in data
+    assert str(built.source).encode() not in data
+    assert str(TORCH_VENV).encode() not in data
+
+
+def test_one_build_info_for_the_package_with_every_librarys_ops(built: Built) -> None:
+    info = json.loads((built.package / "_build_info.json").read_text())
+    assert info["ops"] == ["tinyops::tiny_add", "tinyops::tiny_mul"]
+    assert (info["project"], info["package"], info["namespace"]) == ("tinyops", "tinyops", "tinyops")
+    assert info["libraries"] == "load-library"
+    assert info["version"] == "0.1.0+pt213cpu"
+    assert {p.name for p in built.package.iterdir()} == {"_build_info.json", built.load_library.name,
+                                                         built.python_module.name}
+
+
+def test_both_libraries_load_and_run(built: Built) -> None:
+    script = (
+        "import sys, torch\n"
+        f"sys.path.insert(0, {str(built.package)!r})\n"
+        "import _tiny_mod\n"
+        f"torch.ops.load_library({str(built.load_library)!r})\n"
+        "a = torch.arange(3.0)\n"
+        "print(torch.ops.tinyops.tiny_add(a, a).tolist(), torch.ops.tinyops.tiny_mul(a, a).tolist())\n"
+    )
+    run = subprocess.run([str(TORCH_PYTHON), "-c", script], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split("\n")[0] == "[0.0, 2.0, 4.0] [0.0, 1.0, 4.0]"
+
+
+@pytest.mark.parametrize(("call", "message"), [
+    ("kiln_add_torch_library(_tiny_add SOURCES csrc/tiny_add.cpp RUNPATH /usr/lib)",
+     "RUNPATH entry '/usr/lib' is not $ORIGIN-relative"),
+    ("kiln_add_torch_library(_tiny_add LOAD_LIBRARY PYTHON_MODULE SOURCES csrc/tiny_add.cpp)",
+     "PYTHON_MODULE and LOAD_LIBRARY exclude each other"),
+    ("kiln_add_torch_library(_tiny_add SOURCES csrc/tiny_add.cpp DESTINATION ../outside)",
+     "DESTINATION '../outside' is not a folder inside the wheel"),
+])
+def test_a_wrong_call_stops_the_configure_step_with_one_message(tmp_path: Path, call: str, message: str) -> None:
+    if not TORCH_PYTHON.exists():
+        pytest.skip(f"{TORCH_VENV} is missing: scripts/kiln venv --build cpu (or make setup)")
+    source = tmp_path / "tinyops"
+    shutil.copytree(PROJECT, source)
+    lines = (source / "CMakeLists.txt").read_text().splitlines()
+    kept = [line for line in lines if not line.startswith("kiln_add_torch_library")]
+    (source / "CMakeLists.txt").write_text("\n".join([*kept, call, ""]))
+    configured = _configure(source, tmp_path / "build")
+    assert configured.returncode != 0
+    assert configured.stderr.count("CMake Error") == 1, configured.stderr
+    assert message in " ".join(configured.stderr.split()), configured.stderr
