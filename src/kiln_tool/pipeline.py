@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from . import resources
 from .build_env import ensure_build_env, kiln_import_root
@@ -25,6 +26,10 @@ from .epoch import source_date_epoch
 from .matrix_data import BuildSpec
 from .project import KilnProject, current_project, load_project
 from .repair import repair_wheel
+
+if TYPE_CHECKING:
+    from .torch_probe import TorchInstall
+    from .variant import BuildVariant
 
 
 class PipelineError(RuntimeError):
@@ -129,11 +134,9 @@ def backend_cuda_environment(spec: BuildSpec, project: KilnProject, env: dict[st
 def label_backend_wheel(wheel: Path, python: Path, spec: BuildSpec, project: KilnProject, out_dir: Path,
                         env: dict[str, str]) -> Path:
     """What scikit-build-core and kiln's metadata provider give a kiln build, given to a backend's wheel:
-    the local version label, the torch pin and the build info (kiln_tool.relabel)."""
-    from .build_info import backend_build_info
-    from .relabel import RelabelError, relabel_wheel
+    the local version label, the torch pin and the build info (kiln_tool.relabel), from the build venv's torch."""
     from .torch_probe import TorchNotFound, find_torch
-    from .variant import VariantError, local_label, resolve_variant, torch_requirement
+    from .variant import VariantError, resolve_variant
 
     site = sorted((python.parent.parent / "lib").glob("python3*/site-packages"))
     try:
@@ -141,16 +144,26 @@ def label_backend_wheel(wheel: Path, python: Path, spec: BuildSpec, project: Kil
         variant = resolve_variant(torch, env, project)
     except (TorchNotFound, VariantError) as exc:
         raise PipelineError("label", str(exc)) from None
+    return label_wheel(wheel, out_dir, project, torch, variant, spec.python, env.get("KILN_GIT_COMMIT"),
+                       env["SOURCE_DATE_EPOCH"])
+
+
+def label_wheel(wheel: Path, out_dir: Path, project: KilnProject, torch: TorchInstall, variant: BuildVariant,
+                python: str, commit: str | None, epoch: str) -> Path:
+    """Label a backend-built wheel of ``project`` for ``torch`` and ``variant`` (Python ``python``, like 3.11)."""
+    from .build_info import backend_build_info
+    from .relabel import RelabelError, relabel_wheel
+    from .variant import local_label, torch_requirement
+
     if variant.mode != "torch":
         raise PipelineError("label", "a backend build is labelled per torch minor (abi = [\"torch\"]); the "
                             "stable ABI needs kiln's build")
-    info = backend_build_info(project, torch, variant, spec.python, env.get("KILN_GIT_COMMIT"))
     try:
+        info = backend_build_info(project, torch, variant, python, commit)
         return relabel_wheel(wheel, out_dir, package=project.package, project=project.name,
                              local_label=local_label(torch, variant),
-                             torch_requirement=torch_requirement(torch, variant, ""), build_info=info,
-                             epoch=env["SOURCE_DATE_EPOCH"])
-    except RelabelError as exc:
+                             torch_requirement=torch_requirement(torch, variant, ""), build_info=info, epoch=epoch)
+    except (RelabelError, ValueError, OSError) as exc:
         raise PipelineError("label", str(exc)) from None
 
 
