@@ -83,7 +83,7 @@ def sources(cuda: bool) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--variant", default="cpu", help="local combination by CUDA tag (cpu, cu130)")
-    parser.add_argument("--archs", default=None, help="CUDA arch list for both builds (default: data/matrix.json)")
+    parser.add_argument("--archs", default=None, help="CUDA arch list for both builds (default: kiln's matrix.json)")
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--json", metavar="PATH")

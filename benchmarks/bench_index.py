@@ -1,7 +1,7 @@
 """How long `kiln index` takes for 10,000 wheels (target: at most 3 s).
 
 Makes 10,000 tiny synthetic wheels spread over the torch x CUDA x Python
-combinations of data/matrix.json (plus stable-ABI ones), then times:
+combinations of src/kiln_tool/data/matrix.json (plus stable-ABI ones), then times:
   fresh  - index them all into an empty OUT (--repeat times; best and median);
   merge  - index one more wheel into that 10,000-wheel OUT (the append path), with every published
            wheel verified by sha256 (the default), and the files it wrote (target: O(new wheels));

@@ -4,7 +4,7 @@
     python benchmarks/bench_size.py [--variant cu130] [--json PATH]
 
 Builds the CUDA wheel twice (compression on, as shipped; and off) for the arch
-list of data/matrix.json and reads the fatbin of each with kiln audit's parser:
+list of src/kiln_tool/data/matrix.json and reads the fatbin of each with kiln audit's parser:
 wheel size, _C size, .nv_fatbin size, and bytes per arch (SASS, and PTX for
 the newest). Also reports the CPU wheel's size when dist/ holds one.
 """
