@@ -103,7 +103,8 @@ def test_choosing_a_combination_shows_its_install_command(browser: Any, landing_
     # The stable-ABI (abi3) wheel serves every Python from 3.10 on, for torch 2.14 too.
     pip, _uv = _choose(browser, "2.14", "cu130", "3.12")
     assert pip == f"python3.12 -m pip install opkiln -f {landing_url}cu130/torch2.14/index.html"
-    torch_index = json.loads((REPO / "src" / "kiln_tool" / "data" / "matrix.json").read_text())["torch_index"].format(variant="cu130")
+    matrix = json.loads((REPO / "src" / "kiln_tool" / "data" / "matrix.json").read_text())
+    torch_index = matrix["torch_index"].format(variant="cu130")
     assert f'python3.12 -m pip install "torch==2.14.*" --index-url {torch_index}' in browser.find_element(
         By.ID, "note").text
     selected = browser.find_elements(By.CSS_SELECTOR, "#coverage tbody tr.selected")

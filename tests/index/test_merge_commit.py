@@ -412,7 +412,8 @@ def test_the_landing_page_offers_every_python_of_the_matrix(tmp_path: Path) -> N
     make_wheel(tmp_path / "dist")  # cp311 only
     build_index(tmp_path / "dist", tmp_path / "site", audit=None)
     page = (tmp_path / "site" / "index.html").read_text()
-    for python in json.loads((Path(__file__).resolve().parents[2] / "src" / "kiln_tool" / "data" / "matrix.json").read_text())["python"]:
+    matrix = Path(__file__).resolve().parents[2] / "src" / "kiln_tool" / "data" / "matrix.json"
+    for python in json.loads(matrix.read_text())["python"]:
         assert f'"{python}"' in page, python
 
 

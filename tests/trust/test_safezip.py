@@ -27,7 +27,8 @@ def _zip(members: dict[str, bytes], method: int = zipfile.ZIP_DEFLATED) -> bytes
 def test_the_limits_are_the_audit_policys() -> None:
     import json
 
-    data = json.loads((Path(__file__).resolve().parents[2] / "src" / "kiln_tool" / "data" / "audit_policy" / "common.json").read_text())
+    policy = Path(__file__).resolve().parents[2] / "src" / "kiln_tool" / "data" / "audit_policy" / "common.json"
+    data = json.loads(policy.read_text())
     assert policy_limits() == ArchiveLimits(**data["limits"])
 
 
