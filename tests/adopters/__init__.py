@@ -1,0 +1,1 @@
+"""Projects that are not opkiln, adopting kiln (issue 32): fixture projects and the tests that build them."""

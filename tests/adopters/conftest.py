@@ -1,0 +1,81 @@
+"""Projects that are not opkiln, adopting kiln as their maintainers would (issue 32, item 6).
+
+Nothing here runs kiln from this checkout. The tool's wheel (tests/support/kiln_dist.py: `make kiln-wheel`'s
+dist/kiln/torch_kiln-*.whl) is pip-installed into a fresh venv that holds nothing else of opkiln; each fixture
+project of tests/adopters/projects/ is copied into a temporary folder and committed there (a fresh clone
+stand-in: its SOURCE_DATE_EPOCH and commit are its own); then that venv's `kiln -C <project> ...` builds it
+the way README.md's "Adopting kiln in your op library" tells a maintainer to.
+
+The builds are shared: one `kiln wheels` per project and variant per session. How long each step took, and
+the line counts of each project's `[tool.kiln]` and CMakeLists.txt, are printed at the end of the run and
+written to tests/_artifacts/adopters/timings.json.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from adopters.adopting import (
+    ARTIFACTS,
+    TIMINGS,
+    Built,
+    KilnTool,
+    clone_project,
+    config_line_counts,
+    install_tool,
+    kiln_wheels,
+    timed,
+)
+
+
+@pytest.fixture(scope="session")
+def kiln_tool(tmp_path_factory: pytest.TempPathFactory) -> KilnTool:
+    from support.kiln_dist import kiln_wheel  # builds dist/kiln/ (make kiln-wheel) when it holds no wheel
+
+    with timed("tool: the torch-kiln wheel (dist/kiln/, built if missing)"):
+        wheel = kiln_wheel()
+    with timed("tool: python -m venv + pip install torch_kiln-*.whl"):
+        return install_tool(wheel, tmp_path_factory.mktemp("kiln-tool"))
+
+
+@pytest.fixture(scope="session")
+def ringops_clone(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return clone_project("ringops", tmp_path_factory.mktemp("adopter"))
+
+
+@pytest.fixture(scope="session")
+def twinlibs_clone(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return clone_project("twinlibs", tmp_path_factory.mktemp("adopter"))
+
+
+@pytest.fixture(scope="session")
+def ringops_cpu(kiln_tool: KilnTool, ringops_clone: Path) -> Built:
+    return kiln_wheels(kiln_tool, ringops_clone, timing="ringops: kiln wheels (cpu)")
+
+
+@pytest.fixture(scope="session")
+def ringops_cu130(kiln_tool: KilnTool, ringops_clone: Path) -> Built:
+    return kiln_wheels(kiln_tool, ringops_clone, "--variant", "cu130", timing="ringops: kiln wheels --variant cu130")
+
+
+@pytest.fixture(scope="session")
+def twinlibs_cpu(kiln_tool: KilnTool, twinlibs_clone: Path) -> Built:
+    return kiln_wheels(kiln_tool, twinlibs_clone, timing="twinlibs: kiln wheels (cpu)")
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if not TIMINGS:
+        return
+    report = {"seconds": TIMINGS, "lines": config_line_counts(), "load_1min": os.getloadavg()[0],
+              "cpus": os.cpu_count()}
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    (ARTIFACTS / "timings.json").write_text(json.dumps(report, indent=1) + "\n")
+    terminalreporter.write_sep("-", "adopters: seconds per step (tests/_artifacts/adopters/timings.json)")
+    for name, seconds in TIMINGS.items():
+        terminalreporter.write_line(f"{seconds:8.1f} s  {name}")
+    for name, count in report["lines"].items():
+        terminalreporter.write_line(f"{count:8d} lines  {name}")
