@@ -17,10 +17,11 @@ from kiln_tool.audit.context import ReleaseRule
 from kiln_tool.containers import measure
 from kiln_tool.containers.cibw import container_pip_env, emulation_mounts, export_tree, host_arch
 from kiln_tool.containers.engine import load_recipe
+from kiln_tool.containers.images import DOCKER_DIR
 from kiln_tool.containers.standin import _labels, image_names
 
 REPO = Path(__file__).resolve().parents[2]
-LAYOUT = REPO / "docker" / "layout-cuda-root.sh"
+LAYOUT = DOCKER_DIR / "layout-cuda-root.sh"
 
 
 def test_local_pip_sources_are_seen_under_the_host_mount() -> None:
@@ -154,24 +155,55 @@ def test_kiln_audit_release_refuses_a_malformed_standin_tag(tmp_path: Path) -> N
 
 
 def test_the_compile_meter_is_read_per_wheel(tmp_path: Path) -> None:
-    cores = "ops/CMakeFiles/opkiln_kernel_cores.dir"
-    (tmp_path / "cp311-cp311-linux_x86_64-wheel.tsv").write_text(
-        f"{cores}/nms/nms_cuda.cu.o\t30.5\t0\n{cores}/nms/nms_cpu.cpp.o\t1.5\t0\n"
-        "ops/CMakeFiles/_C.dir/Unity/unity_op_bindings_cxx.cxx.o\t8.0\t0\n")
-    (tmp_path / "cp311-cp311-linux_x86_64-wheel.statslog").write_text(
+    cores = "ops/CMakeFiles/ringops_kernel_cores.dir"
+    (tmp_path / "cp311-cp311.tsv").write_text(
+        f"{cores}/nms/nms_cuda.cu.o\t30.5\t0\tcore\n{cores}/nms/nms_cpu.cpp.o\t1.5\t0\tcore\n"
+        "ops/CMakeFiles/_C.dir/Unity/unity_op_bindings_cxx.cxx.o\t8.0\t0\tbinding\n")
+    (tmp_path / "cp311-cp311.statslog").write_text(
         "# /project/ops/nms/nms_cuda.cu\ncache_miss\ndirect_cache_miss\n# /project/ops/nms/nms_cpu.cpp\ncache_miss\n"
         "# /project/build/cp311/ops/Unity/unity_op_bindings_cxx.cxx\ncache_miss\n")
-    (tmp_path / "cp312-cp312-linux_x86_64-wheel.tsv").write_text(
-        f"{cores}/nms/nms_cuda.cu.o\t0.1\t0\n{cores}/nms/nms_cpu.cpp.o\t0.1\t0\n"
-        "ops/CMakeFiles/_C.dir/Unity/unity_op_bindings_cxx.cxx.o\t8.5\t0\n")
-    (tmp_path / "cp312-cp312-linux_x86_64-wheel.statslog").write_text(
+    (tmp_path / "cp312-cp312.tsv").write_text(
+        f"{cores}/nms/nms_cuda.cu.o\t0.1\t0\tcore\n{cores}/nms/nms_cpu.cpp.o\t0.1\t0\tcore\n"
+        "ops/CMakeFiles/_C.dir/Unity/unity_op_bindings_cxx.cxx.o\t8.5\t0\tbinding\n")
+    (tmp_path / "cp312-cp312.statslog").write_text(
         "# /project/ops/nms/nms_cuda.cu\ndirect_cache_hit\n# /project/ops/nms/nms_cpu.cpp\npreprocessed_cache_hit\n"
         "# /project/build/cp312/ops/Unity/unity_op_bindings_cxx.cxx\ncache_miss\n")
     first, second = measure.read_meter(tmp_path)
+    assert (first.build, second.build) == ("cp311-cp311", "cp312-cp312")
     assert (first.objects, first.cpu_seconds, first.hits, first.misses) == (3, 40.0, 0, 3)
     assert (first.kernel_core_objects, first.kernel_core_misses) == (2, 2)
     assert (second.hits, second.misses, second.kernel_core_misses) == (2, 1, 0)
     assert round(second.cpu_seconds, 1) == 8.7
+
+
+def _meter(tmp_path: Path, cwd: Path, path_head: str, *args: str) -> None:
+    """Run the compile-meter around a stand-in ccache (exit 3), into tmp_path/meter."""
+    fake = tmp_path / "bin"
+    fake.mkdir(exist_ok=True)
+    (fake / "ccache").write_text("#!/bin/sh\nexit 3\n")
+    (fake / "ccache").chmod(0o755)
+    meter = tmp_path / "meter"
+    cwd.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "PATH": f"{path_head}{fake}:{os.environ['PATH']}", "KILN_COMPILE_METER_DIR": str(meter)}
+    proc = subprocess.run(["bash", str(measure.METER), *args], cwd=cwd, env=env, capture_output=True, text=True)
+    assert proc.returncode == 3, proc.stderr
+
+
+def test_the_compile_meter_names_each_compiles_wheel_and_scope(tmp_path: Path) -> None:
+    """Any project, any build folder: the wheel is the CPython cibuildwheel put first on PATH; a compile that sees
+    torch's or Python's headers (directly or in a response file) is a binding, the rest kernel cores."""
+    rsp = tmp_path / "includes_CUDA.rsp"
+    rsp.write_text("-isystem /opt/python/cp311-cp311/lib/python3.11/site-packages/torch/include\n")
+    project = tmp_path / "anywhere" / "src"
+    _meter(tmp_path, project, "/opt/python/cp311-cp311/bin:", "g++", "-c", "k.cpp", "-o", "k.o")
+    _meter(tmp_path, project, "/opt/python/cp311-cp311/bin:", "nvcc", f"@{rsp}", "-o", "b.o")
+    _meter(tmp_path, project, "/opt/python/cp312-cp312/bin:", "g++", "-I/usr/include/python3.12", "-o", "p.o")
+    _meter(tmp_path, tmp_path / "build" / "cp39-abi3-linux" / "ops", "", "g++", "-o", "q.o")
+    rows = [[table.name, line.split("\t")[0], *line.split("\t")[2:]]
+            for table in sorted((tmp_path / "meter").glob("*.tsv")) for line in table.read_text().splitlines()]
+    assert sorted(rows) == sorted([
+        ["cp311-cp311.tsv", "k.o", "3", "core"], ["cp311-cp311.tsv", "b.o", "3", "binding"],
+        ["cp312-cp312.tsv", "p.o", "3", "binding"], ["cp39-abi3-linux.tsv", "q.o", "3", "core"]])
 
 
 def test_the_container_recipe_is_data() -> None:

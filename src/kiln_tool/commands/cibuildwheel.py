@@ -1,14 +1,21 @@
-"""kiln cibuildwheel: the wheels of the local combinations, made by cibuildwheel in containers (docs/containers.md).
+"""kiln cibuildwheel: the project's wheels of the local combinations, made by cibuildwheel in containers
+(docs/containers.md); and the project's [tool.cibuildwheel] table, generated or checked.
 
-    kiln cibuildwheel                         cp311 x {CPU torch 2.13.0, cu130 torch 2.14.1}: build, repair,
-                                              audit (--release) and the test-command, each in its container
-    kiln cibuildwheel --variant cpu           one of them
+    kiln cibuildwheel                         the local combinations of the project's matrix (kiln's: cp311 x
+                                              {CPU torch 2.13.0, cu130 torch 2.14.1}): build, repair, audit
+                                              (--release) and the test-command, each in its container
+    kiln -C DIR cibuildwheel --variant cpu    one of them, of the project in DIR
     kiln cibuildwheel --base standin          never try to pull the real manylinux_2_28 image
+    kiln cibuildwheel --print-config          the [tool.cibuildwheel] table kiln builds this project with (TOML)
+    kiln cibuildwheel --check-config          one line per way the project's table fails kiln; exit 2 if any
+    kiln cibuildwheel --install-build-requirements
+                                              (before-build, in the build's Python) kiln's toolchain or the
+                                              backend's build requirements, for a build without isolation
 
 It starts what it needs (docker.io, dockerd without a bridge network), builds the base (the real
-image where it can be pulled, else the STAND-IN) and docker/Dockerfile on it, then runs cibuildwheel
-with pyproject.toml's [tool.cibuildwheel]. Wheels land in OUT (wheels only), logs and summary.json in
---logs.
+image where it can be pulled, else the STAND-IN) and kiln's Dockerfile on it, then runs cibuildwheel
+on an export of the project with its pyproject.toml's [tool.cibuildwheel]. Wheels land in OUT (wheels
+only), logs and summary.json in --logs.
 """
 
 from __future__ import annotations
@@ -49,6 +56,18 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                       help="instead: one container run making a wheel per --python (default 3.11 and 3.12) of "
                       "each variant from a cold cache, every compile metered: CPU seconds, ccache hits, kernel "
                       "cores recompiled (a benchmark: prints and writes compile-cost.json)")
+    mode.add_argument("--print-config", action="store_true",
+                      help="instead: print the [tool.cibuildwheel] table kiln builds this project with (TOML: no "
+                      "build isolation, the job's exact torch, kiln at this version, kiln's repair and release "
+                      "audit, the KILN_* values passed)")
+    mode.add_argument("--check-config", action="store_true",
+                      help="instead: check the project's [tool.cibuildwheel] table; one line per problem, exit 2 "
+                      "if any, 0 when it holds")
+    mode.add_argument("--install-build-requirements", action="store_true",
+                      help="instead (before-build, in the build's Python): install what a build without isolation "
+                      "needs: kiln's hash-locked toolchain, or the backend's [build-system] requires")
+    parser.add_argument("--kiln-wheel", type=Path, action="append", default=[], metavar="WHEEL",
+                        help="a torch-kiln wheel the containers may install (before it is published); repeatable")
     parser.add_argument("--keep-engine", action="store_true",
                         help="leave a dockerd this run started running (default: end it)")
 
@@ -62,34 +81,89 @@ def wheel_facts(path: Path) -> dict[str, Any]:
             "size": path.stat().st_size, "sha256": digest}
 
 
+def _config(args: argparse.Namespace, project: Any) -> int:
+    from kiln_tool import __version__
+    from kiln_tool.containers import cibw_config
+    from kiln_tool.matrix_data import MatrixError
+    from kiln_tool.matrix_data import load as load_matrix
+
+    try:
+        if args.print_config:
+            table = cibw_config.generate(project, load_matrix(project.matrix_file), __version__)
+            sys.stdout.write(cibw_config.render(table, project, __version__))
+            return 0
+        problems = cibw_config.check(cibw_config.load_table(project.root), project, __version__)
+    except (cibw_config.ConfigError, MatrixError) as exc:
+        print(f"kiln cibuildwheel: {exc}", file=sys.stderr)
+        return 2
+    for problem in problems:
+        print(f"kiln cibuildwheel: {problem}", file=sys.stderr)
+    if problems:
+        return 2
+    print(f"kiln cibuildwheel: {project.root / 'pyproject.toml'}'s [tool.cibuildwheel] holds for kiln {__version__}")
+    return 0
+
+
+def _install_build_requirements(project: Any) -> int:
+    import subprocess
+
+    from kiln_tool.build_env import BuildEnvError
+    from kiln_tool.containers.cibw_config import install_build_requirements
+
+    try:
+        installed = install_build_requirements(project, Path(sys.executable))
+    except BuildEnvError as exc:
+        print(f"kiln cibuildwheel: {exc}", file=sys.stderr)
+        return 2
+    except subprocess.CalledProcessError as exc:
+        print(f"kiln cibuildwheel: installing the build requirements failed (exit {exc.returncode})", file=sys.stderr)
+        return 1
+    print(f"kiln cibuildwheel: build requirements of {project.name}: {' '.join(installed) or 'none beyond torch'}")
+    return 0
+
+
 def execute(args: argparse.Namespace) -> int:
-    from kiln_tool.containers.cibw import host_arch, job_for
+    from kiln_tool.containers.cibw import host_arch, job_for, matrix_name
     from kiln_tool.containers.engine import STATE_DIR, ContainerError, running_engine
     from kiln_tool.containers.images import ensure_base
     from kiln_tool.matrix_data import MatrixError
     from kiln_tool.matrix_data import load as load_matrix
+    from kiln_tool.project import ProjectError, current_project
 
+    try:
+        project = current_project()
+    except ProjectError as exc:
+        for problem in exc.problems:
+            print(f"kiln cibuildwheel: {problem}", file=sys.stderr)
+        return 2
+    if args.print_config or args.check_config:
+        return _config(args, project)
+    if args.install_build_requirements:
+        return _install_build_requirements(project)
     started = time.monotonic()
     try:
-        matrix = load_matrix()
+        missing = [str(w) for w in args.kiln_wheel if not w.is_file() or not w.name.startswith("torch_kiln-")]
+        if missing:
+            raise ContainerError(f"--kiln-wheel {missing[0]}: not a torch-kiln wheel file")
+        matrix = load_matrix(project.matrix_file)
         variants = args.variants or [s.cuda for s in matrix.local]
         arch = args.arch or host_arch()
         plans = []
         for variant in variants:
             spec = next((s for s in matrix.local if s.cuda == variant), None)
             if spec is None:
-                raise ContainerError(f"--variant {variant}: not a local combination of data/matrix.json "
+                raise ContainerError(f"--variant {variant}: not a local combination of {matrix_name(project)} "
                                      f"({', '.join(s.cuda for s in matrix.local)})")
             default = [spec.python, "3.12"] if args.compile_cost else [spec.python]
             pythons = tuple(args.pythons or default)
-            plans.append((job_for(variant, pythons, arch), pythons))
+            plans.append((job_for(variant, pythons, arch, project), pythons))
     except (ContainerError, MatrixError) as exc:
         print(f"kiln cibuildwheel: {exc}", file=sys.stderr)
         return 2
-    summary: dict[str, Any] = {"schema": 1, "runs": []}
+    summary: dict[str, Any] = {"schema": 1, "project": project.name, "runs": []}
     try:
         with running_engine(args.keep_engine) as engine:
-            base = ensure_base(engine, args.base, arch)
+            base = ensure_base(engine, args.base, arch, matrix)
             summary["base"] = {"image": base.image, "standin": base.standin is not None,
                                "describe": base.describe()}
             if base.standin is not None:
@@ -97,10 +171,11 @@ def execute(args: argparse.Namespace) -> int:
             STATE_DIR.mkdir(parents=True, exist_ok=True)
             args.out.mkdir(parents=True, exist_ok=True)
             args.logs.mkdir(parents=True, exist_ok=True)
+            links = _kiln_wheel_links(args.kiln_wheel, STATE_DIR)
             if args.repro or args.compile_cost:
-                return _measure(engine, base, plans, args)
+                return _measure(engine, base, plans, args, project, links)
             for job, pythons in plans:
-                summary["runs"].append(_build(engine, base, job, pythons, args))
+                summary["runs"].append(_build(engine, base, job, pythons, args, project, links))
     except ContainerError as exc:
         print(f"kiln cibuildwheel: {exc}", file=sys.stderr)
         return exc.exit_code
@@ -112,13 +187,31 @@ def execute(args: argparse.Namespace) -> int:
     return 0
 
 
-def _build(engine: Any, base: Any, job: Any, pythons: tuple[str, ...], args: argparse.Namespace) -> dict[str, Any]:
+def _kiln_wheel_links(wheels: list[Path], state: Path) -> tuple[Path, ...]:
+    """A folder holding only the --kiln-wheel files (pip's find-links reads a whole folder)."""
+    import shutil
+
+    if not wheels:
+        return ()
+    folder = state / "kiln-wheels"
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    for wheel in wheels:
+        shutil.copy2(wheel, folder / wheel.name)
+    return (folder,)
+
+
+def _build(engine: Any, base: Any, job: Any, pythons: tuple[str, ...], args: argparse.Namespace, project: Any,
+           links: tuple[Path, ...]) -> dict[str, Any]:
     from kiln_tool.containers.cibw import run_cibuildwheel
 
     log = args.logs / f"cibuildwheel-{job.name}.log"
     log.write_text("")
-    print(f"kiln cibuildwheel: {job.name} ({', '.join(pythons)}) on {base.describe()}; log {log}", flush=True)
-    run = run_cibuildwheel(engine, base, job, args.out, log=log, skip_tests=args.skip_tests, pythons=pythons)
+    print(f"kiln cibuildwheel: {project.name} {job.name} ({', '.join(pythons)}) on {base.describe()}; log {log}",
+          flush=True)
+    run = run_cibuildwheel(engine, base, job, args.out, project=project, log=log, skip_tests=args.skip_tests,
+                           pythons=pythons, find_links=links)
     facts = [wheel_facts(w) for w in run.wheels]
     for fact in facts:
         print(f"kiln cibuildwheel: {fact['name']} ({fact['size']} bytes, sha256 {fact['sha256']})")
@@ -129,7 +222,8 @@ def _build(engine: Any, base: Any, job: Any, pythons: tuple[str, ...], args: arg
             "phases": [{"identifier": i, "phase": p, "seconds": round(s, 1)} for i, p, s in run.phases]}
 
 
-def _measure(engine: Any, base: Any, plans: list[Any], args: argparse.Namespace) -> int:
+def _measure(engine: Any, base: Any, plans: list[Any], args: argparse.Namespace, project: Any,
+             links: tuple[Path, ...]) -> int:
     from kiln_tool.containers import measure
 
     results = []
@@ -140,13 +234,13 @@ def _measure(engine: Any, base: Any, plans: list[Any], args: argparse.Namespace)
         print(f"kiln cibuildwheel: {'reproducibility' if args.repro else 'compile cost'} of {job.name} "
               f"({', '.join(pythons)}) on {base.describe()}; log {log}", flush=True)
         if args.repro:
-            result = measure.repro(engine, base, job, pythons, args.out, log)
+            result = measure.repro(engine, base, job, pythons, args.out, log, project, links)
             for wheel in result["wheels"]:
                 verdict = "identical" if wheel["identical"] else f"DIFFERENT ({wheel.get('diffoscope')})"
                 print(f"kiln cibuildwheel: repro {wheel['name']}: two builds {verdict}")
             ok = ok and bool(result["identical"])
         else:
-            result = measure.compile_cost(engine, base, job, pythons, args.out, log)
+            result = measure.compile_cost(engine, base, job, pythons, args.out, log, project, links)
             for wheel in result["wheels"]:
                 print(f"kiln cibuildwheel: compile cost {wheel['build']}: {wheel['compile_cpu_seconds']} CPU-s over "
                       f"{wheel['objects']} objects, ccache {wheel['ccache_hits']} hit(s) / {wheel['ccache_misses']} "

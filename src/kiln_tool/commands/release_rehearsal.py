@@ -72,6 +72,7 @@ def _rehearse(engine: Any, args: argparse.Namespace, wheels: list[Path], uv: Pat
     from kiln_tool.containers.images import ensure_base
     from kiln_tool.containers.rehearsal import rehearse
     from kiln_tool.epoch import source_date_epoch
+    from kiln_tool.project import current_project
 
     base = ensure_base(engine, args.base, host_arch())
     if base.standin is not None:
@@ -90,8 +91,9 @@ def _rehearse(engine: Any, args: argparse.Namespace, wheels: list[Path], uv: Pat
           "the same name)", flush=True)
     python_tag = cpu.name.split("-")[2]  # cp311
     python = f"{python_tag[2]}.{python_tag[3:]}"
-    rebuild = run_cibuildwheel(engine, base, job_for("cpu", (python,), host_arch()), rebuilt,
-                               log=work / "rebuild.log", skip_tests=True, pythons=(python,),
+    project = current_project()
+    rebuild = run_cibuildwheel(engine, base, job_for("cpu", (python,), host_arch(), project), rebuilt,
+                               project=project, log=work / "rebuild.log", skip_tests=True, pythons=(python,),
                                extra_env={"SOURCE_DATE_EPOCH": str(int(source_date_epoch()) + 86400)})
     if [w.name for w in rebuild.wheels] != [cpu.name]:
         raise ContainerError(f"the rebuild made {[w.name for w in rebuild.wheels]}, not {cpu.name}")

@@ -1,13 +1,14 @@
 """cibuildwheel with the project's own [tool.cibuildwheel] configuration, in the build image of one variant.
 
-Only what a GitHub job sets per job is set here (wheels.yml): the build identifiers, the image,
-the OPKILN_* values of the matrix entry, CCACHE_DIR and SOURCE_DATE_EPOCH. What differs from the
+The project is the one kiln serves (kiln_tool.project: the current directory, or `kiln -C DIR`); its
+matrix says what a job builds. Only what a GitHub job sets per job is set here (wheels.yml): the build
+identifiers, the image, the KILN_* values of the matrix entry, CCACHE_DIR and SOURCE_DATE_EPOCH. What differs from the
 GitHub run is said on every run: the base (the stand-in where the real image cannot be pulled),
 the torch index (this machine's package sources instead of download.pytorch.org, which is not
 reachable here) and the containers' network (the host's; no bridge network exists here).
 
 cibuildwheel copies its whole working directory into the container, so it runs on a clean export
-of the repository (tracked and not-ignored files only), never on a tree with venvs and builds.
+of the project (tracked and not-ignored files only), never on a tree with venvs and builds.
 """
 
 from __future__ import annotations
@@ -23,14 +24,17 @@ import tempfile
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .. import resources
-from ..build_env import REPO_ROOT
 from ..epoch import source_date_epoch
 from ..matrix_data import MatrixJob, build_jobs, github_entry
 from ..matrix_data import load as load_matrix
 from .engine import STATE_DIR, ContainerError, Engine, load_recipe
 from .images import Base, ensure_build_image
+
+if TYPE_CHECKING:
+    from ..project import KilnProject
 
 CCACHE_HOST_DIR = Path(os.environ.get("KILN_CONTAINER_CCACHE", STATE_DIR.parent / "ccache-containers"))
 HOST_MOUNT = "/host"  # cibuildwheel mounts the host's / here
@@ -59,8 +63,8 @@ class CibwRun:
     log: Path | None = None
 
 
-def export_tree(dest: Path, source: Path = REPO_ROOT) -> Path:
-    """Copy the tracked and not-ignored files of `source` (the working tree, uncommitted edits included)."""
+def export_tree(dest: Path, source: Path) -> Path:
+    """Copy the tracked and not-ignored files of `source` (a git working tree, uncommitted edits included)."""
     proc = subprocess.run(["git", "-C", str(source), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
                           capture_output=True, check=True)
     dest.mkdir(parents=True, exist_ok=True)
@@ -106,35 +110,52 @@ def container_pip_env(values: dict[str, str]) -> dict[str, str]:
     return env
 
 
-def job_for(variant: str, pythons: tuple[str, ...], arch: str) -> MatrixJob:
-    """The matrix job of the local combination `variant` (cpu, cu130), narrowed to `pythons`."""
-    matrix = load_matrix()
+def matrix_name(project: KilnProject) -> str:
+    """How messages name the project's matrix: kiln's data/matrix.json, or its own file inside the project."""
+    if project.matrix_file == resources.data_path("matrix.json"):
+        return "data/matrix.json"
+    try:
+        return str(project.matrix_file.relative_to(project.root))
+    except ValueError:
+        return str(project.matrix_file)
+
+
+def job_for(variant: str, pythons: tuple[str, ...], arch: str, project: KilnProject) -> MatrixJob:
+    """The job of `project`'s matrix for its local combination `variant` (cpu, cu130) in the project's default ABI
+    mode (a stable-ABI job builds with the matrix's stable build torch), narrowed to `pythons`."""
+    matrix = load_matrix(project.matrix_file)
+    where = matrix_name(project)
     local = [s for s in matrix.local if s.cuda == variant]
     if not local:
-        raise ContainerError(f"no local combination of data/matrix.json builds {variant}")
+        raise ContainerError(f"no local combination of {where} builds {variant}")
+    mode = project.default_abi_mode
     torch = local[0].torch
-    jobs = [j for j in build_jobs(matrix, "torch", (arch,)) if j.torch == torch and j.variant == variant]
+    jobs = [j for j in build_jobs(matrix, mode, (arch,))
+            if j.variant == variant and (mode == "stable" or j.torch == torch)]
     missing = [p for p in pythons if not jobs or p not in jobs[0].pythons]
     if not jobs or missing:
-        raise ContainerError(f"data/matrix.json has no job for torch {torch} {variant} {arch} with Python "
+        kind = "" if mode == "torch" else "stable-ABI "
+        raise ContainerError(f"{where} has no {kind}job for torch {torch} {variant} {arch} with Python "
                              f"{', '.join(missing or pythons)}")
     return replace(jobs[0], pythons=tuple(p for p in jobs[0].pythons if p in pythons))
 
 
-def run_cibuildwheel(engine: Engine, base: Base, job: MatrixJob, out: Path, *, log: Path,
+def run_cibuildwheel(engine: Engine, base: Base, job: MatrixJob, out: Path, *, project: KilnProject, log: Path,
                      skip_tests: bool = False, extra_env: dict[str, str] | None = None,
                      cibuildwheel: Path | None = None, pythons: tuple[str, ...] | None = None,
-                     torch_index: str | None = None, project: Path | None = None) -> CibwRun:
-    """cibuildwheel for `job`'s identifiers (those of `pythons`) into `out`. `project`: an export made by
-    export_tree() to build from (default: a fresh export of the working tree)."""
+                     torch_index: str | None = None, export: Path | None = None,
+                     find_links: tuple[Path, ...] = ()) -> CibwRun:
+    """cibuildwheel for `job`'s identifiers (those of `pythons`) of `project` into `out`. `export`: an export of
+    the project made by export_tree() to build from (default: a fresh one). `find_links`: folders of wheels the
+    containers' pip may install from (e.g. a torch-kiln wheel that is not published yet)."""
     arch = job.platform
-    matrix = load_matrix()
+    matrix = load_matrix(project.matrix_file)
     entry = github_entry(matrix, job)
-    image = ensure_build_image(engine, base, job.variant, arch, log=log)
+    image = ensure_build_image(engine, base, job.variant, arch, log=log, matrix=matrix)
     identifiers = tuple(i for i in job.identifiers
                         if pythons is None or i.split("-")[0] in {"cp" + p.replace(".", "") for p in pythons})
     CCACHE_HOST_DIR.mkdir(parents=True, exist_ok=True)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("CIBW_", "OPKILN_", "PIP_"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CIBW_", "KILN_", "PIP_"))}
     env.update({
         "CIBW_BUILD": " ".join(identifiers),
         "CIBW_ARCHS": arch,
@@ -147,29 +168,38 @@ def run_cibuildwheel(engine: Engine, base: Base, job: MatrixJob, out: Path, *, l
         "KILN_ABI_MODE": entry["mode"],
         "CCACHE_DIR": f"{HOST_MOUNT}{CCACHE_HOST_DIR}",
         "SOURCE_DATE_EPOCH": source_date_epoch(),
-        "KILN_GIT_COMMIT": git_head(),
+        "KILN_GIT_COMMIT": git_head(project.root),
         "DOCKER_BUILDKIT": "0",
     })
     if skip_tests:
         env["CIBW_TEST_SKIP"] = "*"
     if base.standin is not None:
-        env["KILN_STANDIN_MANYLINUX"] = base.standin.manylinux_tag
+        from ..audit.release_rule import STANDIN_ENV
+
+        env[STANDIN_ENV] = base.standin.manylinux_tag
         env.update(host_pip_sources())
+    if find_links:
+        local = " ".join(f"{HOST_MOUNT}{Path(folder).resolve()}" for folder in find_links)
+        env["PIP_FIND_LINKS"] = " ".join(filter(None, [env.get("PIP_FIND_LINKS", ""), local]))
     env.update(extra_env or {})
     exe = [str(cibuildwheel)] if cibuildwheel else [sys.executable, "-m", "cibuildwheel"]
     run = CibwRun(job=job.name, identifiers=identifiers, image=image, base=base, log=log)
     out.mkdir(parents=True, exist_ok=True)
     before = set(out.glob("*.whl"))
     with tempfile.TemporaryDirectory(dir=STATE_DIR, prefix="cibw-project-") as tmp:
-        project = project or export_tree(Path(tmp) / "opkiln")
-        cmd = [*exe, "--platform", "linux", "--output-dir", str(out.resolve()), str(project)]
-        shown = {k: env[k] for k in sorted(env) if k.startswith(("CIBW_", "OPKILN_", "PIP_", "CCACHE_"))}
+        export = export or export_tree(Path(tmp) / project.name, project.root)
+        cmd = [*exe, "--platform", "linux", "--output-dir", str(out.resolve()), str(export)]
+        shown = {k: env[k] for k in sorted(env) if k.startswith(("CIBW_", "KILN_", "PIP_", "CCACHE_"))}
         with log.open("a") as fh:
             fh.write(f"$ {' '.join(cmd)}\n{json.dumps(shown, indent=2)}\n")
         started = time.monotonic()
-        _stream(cmd, env, project, log, run, started)
+        _stream(cmd, env, export, log, run, started)
         run.seconds = time.monotonic() - started
-    run.wheels = sorted(set(out.glob("*.whl")) - before)
+    made = sorted(set(out.glob("*.whl")) - before)
+    run.wheels = [w for w in made if w.name.startswith(f"{project.wheel_name}-")]
+    if len(run.wheels) != len(made):
+        others = ", ".join(w.name for w in made if w not in run.wheels)
+        raise ContainerError(f"cibuildwheel made wheels that are not {project.name}'s: {others}; see {log}")
     if len(run.wheels) != len(identifiers):
         raise ContainerError(f"cibuildwheel made {len(run.wheels)} wheel(s) for {len(identifiers)} identifier(s) "
                              f"({', '.join(identifiers)}); see {log}")
@@ -233,7 +263,7 @@ def emulation_mounts(arch: str) -> str:
     return mounts + (f" --env=QEMU_CPU={cpu}" if cpu else "")
 
 
-def git_head(source: Path = REPO_ROOT) -> str:
+def git_head(source: Path) -> str:
     """The commit the export is made from (the export has no .git; the build info records it)."""
     proc = subprocess.run(["git", "-C", str(source), "rev-parse", "HEAD"], capture_output=True, text=True)
     return proc.stdout.strip() if proc.returncode == 0 else "unknown"

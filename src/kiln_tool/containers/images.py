@@ -1,8 +1,9 @@
-"""The base image (real manylinux_2_28 by digest, or the stand-in) and docker/Dockerfile built on it.
+"""The base image (real manylinux_2_28 by digest, or the stand-in) and kiln's build recipe built on it.
 
-Every image kiln builds is tagged with a digest of its inputs (the docker/ folder, the build
-arguments from data/matrix.json and the base image's id), so a rerun with nothing changed
-builds nothing, and a changed input can never reuse a stale image.
+The recipe is kiln's, whatever project it builds: data/docker/Dockerfile (resources.data_path), a manylinux
+base, one pinned CUDA toolkit from NVIDIA's PyPI wheels and ccache. Every image kiln builds is tagged with a
+digest of its inputs (the recipe folder, the build arguments from the project's matrix and the base image's
+id), so a rerun with nothing changed builds nothing, and a changed input can never reuse a stale image.
 """
 
 from __future__ import annotations
@@ -14,13 +15,13 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..build_env import REPO_ROOT
-from ..matrix_data import docker_build_args
+from .. import resources
+from ..matrix_data import Matrix, docker_build_args
 from ..matrix_data import load as load_matrix
 from .engine import ContainerError, Engine, docker, image_exists, prune_tags
 from .standin import StandinImages, docker_platform, ensure_standin
 
-DOCKER_DIR = REPO_ROOT / "docker"
+DOCKER_DIR = resources.data_path("docker")
 BASES = ("auto", "real", "standin")
 
 
@@ -56,11 +57,12 @@ def _try_pull(engine: Engine, ref: str) -> bool:
     return proc.returncode == 0
 
 
-def ensure_base(engine: Engine, choice: str = "auto", arch: str | None = None) -> Base:
+def ensure_base(engine: Engine, choice: str = "auto", arch: str | None = None, matrix: Matrix | None = None) -> Base:
+    """The base `choice` names for `arch`; the real image is the one `matrix` (default: kiln's) pins."""
     arch = arch or _platform.machine()
     if choice not in BASES:
         raise ContainerError(f"--base {choice!r} is not one of {', '.join(BASES)}")
-    real = load_matrix().platform(arch).manylinux_base
+    real = (matrix or load_matrix()).platform(arch).manylinux_base
     if choice in ("auto", "real"):
         if _try_pull(engine, real):
             print(f"containers: base: the real manylinux_2_28 image {real}", flush=True)
@@ -82,20 +84,24 @@ def _folder_digest(folder: Path) -> str:
 
 
 def ensure_build_image(engine: Engine, base: Base, variant: str, arch: str | None = None,
-                       log: Path | None = None) -> str:
-    """docker/Dockerfile built on `base` for `variant` (cpu, cu130, ...), with the matrix's build arguments."""
+                       log: Path | None = None, matrix: Matrix | None = None) -> str:
+    """kiln's Dockerfile built on `base` for `variant` (cpu, cu130, ...), with the build arguments of `matrix`
+    (default: kiln's)."""
     arch = arch or _platform.machine()
-    args = docker_build_args(load_matrix(), variant, arch)
+    if not (DOCKER_DIR / "Dockerfile").is_file():
+        raise ContainerError(f"{DOCKER_DIR / 'Dockerfile'} is missing: this kiln installation lacks its container "
+                             "recipe")
+    args = docker_build_args(matrix or load_matrix(), variant, arch)
     args = [f"BASE_IMAGE={base.image}" if a.startswith("BASE_IMAGE=") else a for a in args]
     if base.standin is not None and base.standin.tool_python:
         args += ["--build-arg", f"TOOL_PYTHON={base.standin.tool_python}"]  # the CPython the stand-in has
     base_id = docker(engine, "image", "inspect", "--format", "{{.Id}}", base.image, capture=True).strip()
     digest = hashlib.sha256("\0".join([_folder_digest(DOCKER_DIR), base_id, *args]).encode()).hexdigest()[:16]
-    tag = f"opkiln-{base.label}-{variant}-{arch}:{digest}"
+    tag = f"kiln-{base.label}-{variant}-{arch}:{digest}"
     if image_exists(engine, tag):
         print(f"containers: build image {tag} (cached)", flush=True)
         return tag
-    print(f"containers: building {tag} from docker/Dockerfile on {base.describe()}", flush=True)
+    print(f"containers: building {tag} from {DOCKER_DIR / 'Dockerfile'} on {base.describe()}", flush=True)
     env_args = ["build", "--network", "host", "--platform", docker_platform(arch), "--tag", tag]
     env_args += args
     env_args.append(str(DOCKER_DIR))

@@ -3,8 +3,12 @@
 - `repro`: the same commit built twice in the same image (ccache off, so every object is compiled
   again), the two wheels compared byte for byte; diffoscope explains a difference.
 - `compile_cost`: one cibuildwheel run making two wheels of one CUDA variant (two CPythons), every
-  compile metered by scripts/ci/compile-meter (CPU seconds, ccache's verdict): the second wheel's
-  kernel cores must all be cache hits and its compile must cost a fraction of the first's.
+  compile metered by kiln's compile-meter (beside this module: CPU seconds, ccache's verdict, and whether
+  the compile saw torch's or Python's headers): the second wheel's kernel cores (the compiles that saw
+  neither, kiln_add_kernel_objects) must all be cache hits and its compile must cost a fraction of the
+  first's.
+
+Both serve the project kiln serves (kiln_tool.project), built from one export of its tree.
 """
 
 from __future__ import annotations
@@ -15,31 +19,34 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..epoch import source_date_epoch
 from ..matrix_data import MatrixJob
 from .cibw import HOST_MOUNT, export_tree, run_cibuildwheel
-from .engine import STATE_DIR, Engine
+from .engine import STATE_DIR, ContainerError, Engine
 from .images import Base
 
-KERNEL_CORES = "opkiln_kernel_cores.dir"
-METER = "/project/scripts/ci/compile-meter"
+if TYPE_CHECKING:
+    from ..project import KilnProject
+
+METER = Path(__file__).resolve().with_name("compile-meter")
+CORE = "core"  # the compile-meter's scope of a compile that saw neither torch's nor Python's headers
 
 
 def repro(engine: Engine, base: Base, job: MatrixJob, pythons: tuple[str, ...], out: Path,
-          log: Path) -> dict[str, Any]:
-    """Both builds from one export of the working tree and one SOURCE_DATE_EPOCH: the same inputs."""
+          log: Path, project: KilnProject, find_links: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """Both builds from one export of the project's tree and one SOURCE_DATE_EPOCH: the same inputs."""
     runs = []
     epoch = source_date_epoch()
     with tempfile.TemporaryDirectory(dir=STATE_DIR, prefix="repro-project-") as tmp:
-        project = export_tree(Path(tmp) / "opkiln")
+        export = export_tree(Path(tmp) / project.name, project.root)
         for attempt in (1, 2):
             folder = out / f"repro-{attempt}"
             if folder.exists():
                 shutil.rmtree(folder)
-            runs.append(run_cibuildwheel(engine, base, job, folder, log=log, skip_tests=True, pythons=pythons,
-                                         project=project,
+            runs.append(run_cibuildwheel(engine, base, job, folder, project=project, log=log, skip_tests=True,
+                                         pythons=pythons, export=export, find_links=find_links,
                                          extra_env={"CCACHE_DISABLE": "1", "SOURCE_DATE_EPOCH": epoch}))
     result: dict[str, Any] = {"job": job.name, "identical": True, "wheels": []}
     for first, second in zip(runs[0].wheels, runs[1].wheels, strict=True):
@@ -89,7 +96,7 @@ def read_meter(meter: Path) -> list[WheelCompile]:
     for table in sorted(meter.glob("*.tsv")):
         rows = [line.split("\t") for line in table.read_text().splitlines() if line.strip()]
         verdicts = _verdicts(table.with_suffix(".statslog"))
-        cores = [r for r in rows if KERNEL_CORES in r[0]]
+        cores = [r for r in rows if len(r) > 3 and r[3] == CORE]
         core_sources = {Path(r[0]).name.removesuffix(".o") for r in cores}
         builds.append(WheelCompile(
             build=table.stem, objects=len(rows), cpu_seconds=sum(float(r[1]) for r in rows),
@@ -102,25 +109,33 @@ def read_meter(meter: Path) -> list[WheelCompile]:
 
 
 def compile_cost(engine: Engine, base: Base, job: MatrixJob, pythons: tuple[str, ...], out: Path,
-                 log: Path) -> dict[str, Any]:
+                 log: Path, project: KilnProject, find_links: tuple[Path, ...] = ()) -> dict[str, Any]:
     stamp = time.strftime("%Y%m%dT%H%M%S")
     meter = STATE_DIR / f"compile-meter-{stamp}"
     cache = STATE_DIR / f"ccache-cold-{stamp}"
-    meter.mkdir(parents=True)
-    cache.mkdir(parents=True)
-    launchers = " ".join(f"CMAKE_{lang}_COMPILER_LAUNCHER={METER}" for lang in ("C", "CXX", "CUDA"))
+    tool = STATE_DIR / f"compile-meter-{stamp}-bin"
+    for folder in (meter, cache, tool):
+        folder.mkdir(parents=True)
+    # The containers see the host's / under /host; a copy of the meter is executable however kiln was installed.
+    launcher = tool / METER.name
+    shutil.copyfile(METER, launcher)
+    launcher.chmod(0o700)
+    launchers = " ".join(f"CMAKE_{lang}_COMPILER_LAUNCHER={HOST_MOUNT}{launcher}" for lang in ("C", "CXX", "CUDA"))
     wheels = out / "compile-cost"
     if wheels.exists():
         shutil.rmtree(wheels)
     try:
-        run = run_cibuildwheel(engine, base, job, wheels, log=log, skip_tests=True, pythons=pythons,
-                               extra_env={"CCACHE_DIR": f"{HOST_MOUNT}{cache}",
+        run = run_cibuildwheel(engine, base, job, wheels, project=project, log=log, skip_tests=True, pythons=pythons,
+                               find_links=find_links, extra_env={"CCACHE_DIR": f"{HOST_MOUNT}{cache}",
                                           "CIBW_ENVIRONMENT_LINUX": f"{launchers} KILN_COMPILE_METER_DIR="
                                                                     f"{HOST_MOUNT}{meter}"})
         builds = read_meter(meter)
+        if not builds:
+            raise ContainerError(f"the compile meter saw no compile of {project.name}: its build runs no CMake "
+                                 f"compiler launcher (a backend build is not metered); see {log}")
     finally:
-        shutil.rmtree(cache, ignore_errors=True)
-        shutil.rmtree(meter, ignore_errors=True)
+        for folder in (cache, meter, tool):
+            shutil.rmtree(folder, ignore_errors=True)
     # cibuildwheel builds in the order of CIBW_BUILD, which is the order of `pythons`.
     order = {f"cp{p.replace('.', '')}": i for i, p in enumerate(pythons)}
     builds.sort(key=lambda b: order.get(b.build.split("-")[0], 99))
