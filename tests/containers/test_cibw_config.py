@@ -373,3 +373,27 @@ def test_cibuildwheel_reads_the_generated_table_and_builds_only_what_torch_has(t
         pythons = load_matrix(project.matrix_file).python
         assert sorted(identifiers) == sorted(f"cp{p.replace('.', '')}-manylinux_{arch}" for p in pythons
                                              for arch in ("x86_64", "aarch64"))
+
+
+def test_install_build_requirements_gives_pip_kilns_toolchain_or_the_backends(
+        projects: dict[str, KilnProject], tmp_path: Path) -> None:
+    """What before-build's `kiln cibuildwheel --install-build-requirements` hands the build Python's pip."""
+    from kiln_tool.resources import requirements_path
+
+    python = tmp_path / "python"
+    argv = tmp_path / "argv"
+    python.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > {argv}\n')
+    python.chmod(0o755)
+    lock = str(requirements_path("build.lock"))
+    assert cibw_config.install_build_requirements(projects["kiln"], python) == ["--require-hashes", "-r", lock]
+    assert argv.read_text().splitlines() == ["-m", "pip", "install", "--require-hashes", "-r", lock]
+    assert Path(lock).is_file()
+    backend = _project(tmp_path / "withkiln", "backend").root
+    text = (backend / "pyproject.toml").read_text().replace('"wheel"]', '"wheel", "torch>=2", "torch-kiln"]')
+    (backend / "pyproject.toml").write_text(text)
+    assert cibw_config.install_build_requirements(load_project(backend), python) == ["setuptools>=70", "wheel"]
+    assert argv.read_text().splitlines() == ["-m", "pip", "install", "setuptools>=70", "wheel"]
+    argv.unlink()
+    nothing = _project(tmp_path / "bare", "backend").root
+    (nothing / "pyproject.toml").write_text(PYPROJECTS["backend"].replace('["setuptools>=70", "wheel"]', "[]"))
+    assert cibw_config.install_build_requirements(load_project(nothing), python) == [] and not argv.exists()

@@ -65,10 +65,10 @@ def test_the_standin_says_what_it_is_in_its_name_and_labels() -> None:
     assert isinstance(recipe, dict)
     runtime, build = image_names("x86_64", "0123456789abcdef")
     for name in (runtime, build):
-        assert name.startswith(f"opkiln-standin-{recipe['suite']}-glibc{recipe['glibc']}:")
+        assert name.startswith(f"kiln-standin-{recipe['suite']}-glibc{recipe['glibc']}:")
     labels = " ".join(_labels("build", "0123456789abcdef"))
-    assert 'opkiln.standin="true"' in labels and f'opkiln.glibc="{recipe["glibc"]}"' in labels
-    assert f'opkiln.manylinux_tag="{recipe["manylinux_tag"]}"' in labels and "not manylinux_2_28" in labels
+    assert 'kiln.standin="true"' in labels and f'kiln.glibc="{recipe["glibc"]}"' in labels
+    assert f'kiln.manylinux_tag="{recipe["manylinux_tag"]}"' in labels and "not manylinux_2_28" in labels
 
 
 def _fake_cuda_wheels(root: Path, components: dict[str, list[str]]) -> Path:

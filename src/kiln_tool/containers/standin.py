@@ -11,8 +11,8 @@ works. Where it does not, two images are built from Debian with debootstrap
   the release rehearsal;
 - the build image: the runtime image plus build-essential and git.
 
-Both say they are stand-ins in their name (``opkiln-standin-<suite>-glibc<version>``), in their
-labels (``opkiln.standin``, ``opkiln.glibc``, ``opkiln.manylinux_tag``) and in what kiln prints.
+Both say they are stand-ins in their name (``kiln-standin-<suite>-glibc<version>``), in their
+labels (``kiln.standin``, ``kiln.glibc``, ``kiln.manylinux_tag``) and in what kiln prints.
 Their tag is a digest of everything that went in, so a rerun with nothing changed builds nothing.
 """
 
@@ -197,19 +197,19 @@ def inputs_digest(arch: str, pythons: list[HostPython], extra_packages: list[str
 
 def image_names(arch: str, key: str) -> tuple[str, str]:
     recipe = _recipe()
-    repo = f"opkiln-standin-{recipe['suite']}-glibc{recipe['glibc']}"
+    repo = f"kiln-standin-{recipe['suite']}-glibc{recipe['glibc']}"
     return f"{repo}:runtime-{arch}-{key}", f"{repo}:build-{arch}-{key}"
 
 
 def _labels(kind: str, key: str) -> list[str]:
     recipe = _recipe()
     labels = {
-        "org.opencontainers.image.title": f"opkiln STAND-IN {kind} image (Debian {recipe['suite']}, "
+        "org.opencontainers.image.title": f"kiln STAND-IN {kind} image (Debian {recipe['suite']}, "
                                           f"glibc {recipe['glibc']}), not manylinux_2_28",
-        "opkiln.standin": "true",
-        "opkiln.glibc": str(recipe["glibc"]),
-        "opkiln.manylinux_tag": str(recipe["manylinux_tag"]),
-        "opkiln.inputs": key,
+        "kiln.standin": "true",
+        "kiln.glibc": str(recipe["glibc"]),
+        "kiln.manylinux_tag": str(recipe["manylinux_tag"]),
+        "kiln.inputs": key,
     }
     return [f"LABEL {name}={json.dumps(value)}" for name, value in labels.items()]
 
@@ -299,7 +299,7 @@ def _commit(engine: Engine, container: str, image: str, changes: list[str], log:
 
 def _run_and_commit(engine: Engine, base: str, image: str, script: str, network: str, changes: list[str],
                     log: Path, arch: str) -> str:
-    name = f"opkiln-standin-provision-{os.getpid()}"
+    name = f"kiln-standin-provision-{os.getpid()}"
     try:
         docker(engine, "run", "--name", name, f"--network={network}", f"--platform={docker_platform(arch)}", base,
                "/bin/bash", "-c", script, log=log)
