@@ -223,3 +223,73 @@ def test_an_emulated_container_gets_its_architectures_cpuinfo() -> None:
         assert mount == f" --volume={source}:/proc/cpuinfo:ro --env=QEMU_CPU=neoverse-n1"
         text = source.read_text()
         assert "CPU implementer" in text and "Features" in text and " sve" not in text
+
+
+def _script(path: Path, body: str) -> Path:
+    path.write_text("#!/usr/bin/env bash\n" + body)
+    path.chmod(0o755)
+    return path
+
+
+def _adopter(root: Path) -> None:
+    """A project that is not opkiln, in a git checkout with an ignored build folder."""
+    (root / "ringops").mkdir(parents=True)
+    (root / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["scikit-build-core"]\nbuild-backend = "scikit_build_core.build"\n\n'
+        '[project]\nname = "Ring-Ops"\ndynamic = ["version"]\n\n[tool.kiln]\npackage = "ringops"\nversion = "0.3.0"\n')
+    (root / "ringops" / "__init__.py").write_text("")
+    (root / ".gitignore").write_text("/build/\n")
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    _git(root, "add", ".")
+    _git(root, "commit", "-qm", "x")
+    (root / "build").mkdir()
+    (root / "build" / "big.o").write_text("x")
+
+
+@pytest.mark.parametrize("made", ["ring_ops", "opkiln"])
+def test_cibuildwheel_runs_on_an_export_of_the_configured_project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                  made: str) -> None:
+    """Any project: its tree exported (nothing ignored), its commit and its matrix's job values passed, and only
+    wheels named after it kept."""
+    from kiln_tool.containers import cibw
+    from kiln_tool.containers.engine import ContainerError, Engine
+    from kiln_tool.containers.images import Base
+    from kiln_tool.project import load_project
+
+    root = tmp_path / "ringops"
+    _adopter(root)
+    project = load_project(root)
+    seen = tmp_path / "seen"
+    docker = _script(tmp_path / "docker", 'if [[ "$*" == *--format* ]]; then echo sha256:base; fi\n')
+    cibuildwheel = _script(tmp_path / "cibuildwheel", f"""
+out=""; prev=""
+for a in "$@"; do [[ "$prev" == --output-dir ]] && out=$a; prev=$a; done
+{{ pwd; find . -type f | sort; env | grep -E '^(KILN|CIBW|PIP)_' | sort; }} > {seen}
+touch "$out/{made}-0.3.0+pt213cpu-cp311-cp311-manylinux_2_34_x86_64.whl"
+""")
+    monkeypatch.setattr(cibw, "STATE_DIR", tmp_path / "state")
+    monkeypatch.setattr(cibw, "CCACHE_HOST_DIR", tmp_path / "ccache")
+    monkeypatch.setenv("KILN_CUDA_ARCHS", "from-the-host")  # the caller's KILN_* never reach the run
+    (tmp_path / "state").mkdir()
+    job = cibw.job_for("cpu", ("3.11",), host_arch(), project)
+    out = tmp_path / "wheelhouse"
+
+    def run() -> cibw.CibwRun:
+        return cibw.run_cibuildwheel(Engine(docker=str(docker), started_pid=None), Base("base", None), job, out,
+                                     project=project, log=tmp_path / "log", cibuildwheel=cibuildwheel,
+                                     pythons=("3.11",), find_links=(tmp_path / "kiln-wheels",))
+
+    if made != "ring_ops":
+        with pytest.raises(ContainerError, match=r"cibuildwheel made wheels that are not ring-ops's: opkiln-0\.3\.0"):
+            run()
+        return
+    result = run()
+    assert [w.name for w in result.wheels] == ["ring_ops-0.3.0+pt213cpu-cp311-cp311-manylinux_2_34_x86_64.whl"]
+    lines = seen.read_text().splitlines()
+    assert lines[0].endswith("/ring-ops") and "./build/big.o" not in lines
+    assert {"./.gitignore", "./pyproject.toml", "./ringops/__init__.py"} <= set(lines)
+    env = dict(line.split("=", 1) for line in lines if "=" in line and line.startswith(("KILN_", "CIBW_", "PIP_")))
+    head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True).stdout
+    assert env["KILN_GIT_COMMIT"] == head.strip() and env["KILN_TORCH_VERSION"] == job.torch
+    assert env["CIBW_BUILD"] == f"cp311-manylinux_{host_arch()}" and "KILN_CUDA_ARCHS" not in env
+    assert env["PIP_FIND_LINKS"] == f"/host{tmp_path}/kiln-wheels"
