@@ -4,7 +4,7 @@
 # installs what it needs and no more: `make wheels` the tool (requirements/kiln.txt)
 # and one build venv; `make test` the Debian packages, the dev venv (dev.txt) and
 # every local build venv. The venvs are made by uv (pinned in kiln's own
-# src/kiln_tool/data/requirements/uv.txt, installed into .tools/uv/ by $(PYTHON) on first use:
+# src/kiln_tool/data/requirements/uv.txt, installed into ~/.cache/kiln/uv/ by $(PYTHON) on first use:
 # src/kiln_tool/venvs.py).
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c

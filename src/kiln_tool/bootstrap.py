@@ -154,9 +154,9 @@ def third_party_imports(source_dir: Path, roots: Sequence[str]) -> set[str]:
 def command_modules(argv: Sequence[str]) -> list[str]:
     """The kiln_tool modules `kiln ARGV` loads: the CLI and the named command's module, or
     every command's module when no known command is named (the full --help)."""
-    from kiln_tool.cli import COMMANDS, _command_name  # standard library only
+    from kiln_tool.cli import COMMANDS, command_name  # standard library only
 
-    named = _command_name(list(argv))
+    named = command_name(list(argv))
     chosen = [named] if named is not None else list(COMMANDS)
     return [f"{PACKAGE}.cli", *(f"{PACKAGE}.commands.{COMMANDS[c]}" for c in chosen)]
 

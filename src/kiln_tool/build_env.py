@@ -70,19 +70,33 @@ def venv_path(spec: BuildSpec, project: KilnProject | None = None) -> Path:
 
 
 def kiln_import_root(python: Path) -> Path:
-    """A folder beside the build venv that holds only ``kiln_tool`` (a link to the kiln running now), for the
-    build's PYTHONPATH: the metadata provider and CMake's calls import kiln from it, and nothing else of the
-    venv kiln runs in leaks into the build."""
+    """A folder beside the build venv that holds only ``kiln_tool`` (a link to the kiln running now) and the
+    torch-kiln distribution's metadata (its entry points: scikit-build-core finds kiln's metadata provider
+    and CMake package through them), for the build's PYTHONPATH: the build reaches the kiln that drives it,
+    and nothing else of the venv kiln runs in leaks into the build."""
+    from . import __version__
+
     root = python.parent.parent / "kiln-path"
+    root.mkdir(parents=True, exist_ok=True)
     link = root / "kiln_tool"
     target = resources.package_dir()
-    if link.is_symlink() and link.resolve() == target:
-        return root
-    root.mkdir(parents=True, exist_ok=True)
-    staged = root / ".kiln_tool.partial"
-    staged.unlink(missing_ok=True)
-    staged.symlink_to(target, target_is_directory=True)
-    staged.replace(link)
+    if not (link.is_symlink() and link.resolve() == target):
+        staged = root / ".kiln_tool.partial"
+        staged.unlink(missing_ok=True)
+        staged.symlink_to(target, target_is_directory=True)
+        staged.replace(link)
+    dist_info = root / f"{resources.DISTRIBUTION.replace('-', '_')}-{__version__}.dist-info"
+    for old in root.glob("*.dist-info"):
+        if old != dist_info:
+            shutil.rmtree(old)
+    dist_info.mkdir(exist_ok=True)
+    entry_points = "".join(f"[{group}]\n" + "".join(f"{name} = {value}\n" for name, value in sorted(points.items()))
+                           + "\n" for group, points in sorted(resources.ENTRY_POINTS.items()))
+    for name, text in (("METADATA", f"Metadata-Version: 2.1\nName: {resources.DISTRIBUTION}\nVersion: {__version__}\n"),
+                       ("entry_points.txt", entry_points)):
+        if not (dist_info / name).is_file() or (dist_info / name).read_text() != text:
+            (dist_info / f"{name}.partial").write_text(text)
+            (dist_info / f"{name}.partial").replace(dist_info / name)
     return root
 
 

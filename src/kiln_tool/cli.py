@@ -69,7 +69,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
-def _command_name(argv: list[str]) -> str | None:
+def command_name(argv: list[str]) -> str | None:
     """The command word of ``argv``, past the global options (-C DIR, -CDIR, --cmake-dir)."""
     i = 0
     while i < len(argv):
@@ -86,7 +86,7 @@ def _command_name(argv: list[str]) -> str | None:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     # Import only the module of the command being run.
-    parser = build_parser(_command_name(argv))
+    parser = build_parser(command_name(argv))
     args = parser.parse_args(argv)
     if args.directory is not None:
         try:

@@ -12,9 +12,9 @@ import json
 import textwrap
 from pathlib import Path
 
-from .build_env import REPO_ROOT
+from .project import project_dir
 
-OPS_TESTS = REPO_ROOT / "tests" / "ops"
+OPS_TESTS = project_dir() / "tests" / "ops"
 
 # Runs in the interpreter that has the wheel installed: every public op in opkiln.ops.__all__ must have a
 # sample and must run; a new op without one fails. argv[1]: the samples as JSON.

@@ -10,7 +10,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["cmake_dir", "data_dir", "data_path", "package_dir", "requirements_path"]
+__all__ = ["DISTRIBUTION", "ENTRY_POINTS", "cmake_dir", "data_dir", "data_path", "package_dir", "requirements_path"]
+
+DISTRIBUTION = "torch-kiln"
+ENTRY_POINTS: dict[str, dict[str, str]] = {
+    "console_scripts": {"kiln": "kiln_tool.cli:main"},
+    "cmake.prefix": {"Kiln": "kiln_tool"},
+    "dynamic_metadata.provider": {"kiln": "kiln_tool.build_metadata"},
+}
+"""The entry points of the torch-kiln distribution (packaging/kiln/pyproject.toml declares the same; a test
+holds them equal): what a build that has kiln on its path without the installed wheel is offered too."""
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
 

@@ -1,6 +1,7 @@
 """Virtual environments made with uv: the repo venv (.venv) and the build venvs (.venvs/).
 
-uv (pinned with hashes in kiln's data/requirements/uv.txt) is installed once into .tools/uv/ by the
+uv (pinned with hashes in kiln's data/requirements/uv.txt) is installed once into ~/.cache/kiln/uv/
+($KILN_UV_HOME) by the
 Python that runs kiln (`pip install --target`); it creates a venv in well under a second
 and installs torch in seconds where pip takes minutes, and a second venv from its cache in
 about one. uv does not read pip's configuration, so the package sources pip is configured
@@ -9,7 +10,7 @@ cert; files and PIP_* variables alike) are handed to uv as its own options, and 
 best match over all of them, as pip does. Every venv gets pip too (pinned in its requirement
 files): the build runs `pip wheel --no-build-isolation`, and users' commands name pip.
 
-A venv records what it was given (`.opkiln-requirements`: each requirement file reached,
+A venv records what it was given (`.kiln-requirements`: each requirement file reached,
 nested -r/-c included, with its sha256); asking again for files it holds unchanged is a
 no-op, so `make wheels` and `make test` call this every time. Standard library only.
 """
@@ -30,11 +31,12 @@ from typing import IO
 
 from . import resources
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 UV_REQUIREMENTS = resources.requirements_path("uv.txt")
 PIP_REQUIREMENTS = resources.requirements_path("pip.txt")  # the pip every venv kiln makes for a build gets
-UV_HOME = REPO_ROOT / ".tools" / "uv"
-STAMP = ".opkiln-requirements"
+# One uv per user, not per checkout: kiln installed from its wheel has no checkout to put it in.
+UV_HOME = Path(os.environ.get("KILN_UV_HOME") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+               / "kiln" / "uv")
+STAMP = ".kiln-requirements"
 
 # pip settings uv has an option for; the value of each is what pip itself would use.
 _PIP_SOURCES = ("index-url", "extra-index-url", "find-links", "constraint", "no-index", "cert")
@@ -55,7 +57,7 @@ def pinned(name: str, requirements: Path) -> str:
 
 
 def ensure_uv(log: IO[str] | None = None) -> Path:
-    """The pinned uv, installed into .tools/uv/ (from UV_REQUIREMENTS, hashes required) if missing."""
+    """The pinned uv, installed into UV_HOME (from UV_REQUIREMENTS, hashes required) if missing."""
 
     uv = UV_HOME / "bin" / "uv"
     want = pinned("uv", UV_REQUIREMENTS)

@@ -172,3 +172,25 @@ def test_kiln_cmake_dir_names_the_cmake_package() -> None:
     path = Path(run.stdout.strip())
     assert path == REPO / "src" / "kiln_tool" / "cmake"
     assert (path / "KilnConfig.cmake").is_file()
+
+
+def test_kiln_offers_builds_the_entry_points_its_wheel_declares(tmp_path: Path) -> None:
+    """What `kiln wheels` puts on a build's path (kiln-path: kiln_tool and torch-kiln's entry points) is what
+    the installed wheel declares: scikit-build-core finds `provider = "kiln"` and the CMake package either way."""
+    import importlib.metadata
+    import tomllib
+
+    from kiln_tool import resources
+    from kiln_tool.build_env import kiln_import_root
+
+    declared = tomllib.loads((REPO / "packaging" / "kiln" / "pyproject.toml").read_text())["project"]
+    assert {"console_scripts": declared["scripts"], **declared["entry-points"]} == resources.ENTRY_POINTS
+    python = tmp_path / "venv" / "bin" / "python"
+    root = kiln_import_root(python)
+    assert kiln_import_root(python) == root  # again: nothing to change
+    dist = next(iter(importlib.metadata.distributions(path=[str(root)])))
+    assert dist.metadata["Name"] == "torch-kiln"
+    found = {(ep.group, ep.name): ep.value for ep in dist.entry_points}
+    assert found[("dynamic_metadata.provider", "kiln")] == "kiln_tool.build_metadata"
+    assert (root / "kiln_tool").resolve() == resources.package_dir()
+    assert sorted(p.name for p in root.iterdir()) == ["kiln_tool", "torch_kiln-" + dist.version + ".dist-info"]

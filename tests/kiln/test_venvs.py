@@ -142,7 +142,7 @@ def test_kiln_venv_refuses_bad_input_in_one_line(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_kiln_venv_makes_a_venv_with_pip_and_a_second_call_is_a_no_op(tmp_path: Path) -> None:
-    """The real path: the pinned uv (.tools/uv, installed on first use), pip's sources, the record."""
+    """The real path: the pinned uv (UV_HOME, installed on first use), pip's sources, the record."""
     requirements = tmp_path / "r.txt"
     requirements.write_text(f"pip=={venvs.pinned('pip', venvs.PIP_REQUIREMENTS)}\n"
                             f"packaging=={_pins(REQUIREMENTS / 'kiln.txt')['packaging']}\n")

@@ -22,10 +22,10 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from ..build_env import REPO_ROOT
     from ..new_op import NewOpError, plan, write
+    from ..project import project_dir
 
-    root: Path = args.root if args.root is not None else REPO_ROOT
+    root: Path = args.root if args.root is not None else project_dir()
     try:
         written = write(plan(args.name, root, args.schema, args.backward))
     except NewOpError as exc:

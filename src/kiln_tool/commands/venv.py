@@ -51,7 +51,7 @@ def _build(which: str) -> int:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from ..venvs import REPO_ROOT, VenvError, ensure_venv
+    from ..venvs import VenvError, ensure_venv
 
     if args.build is not None:
         if args.path is not None:
@@ -66,7 +66,7 @@ def execute(args: argparse.Namespace) -> int:
     if not python.exists():
         print(f"kiln venv: no interpreter at {python}", file=sys.stderr)
         return 2
-    venv = args.path or REPO_ROOT / ".venv"
+    venv = args.path or Path(".venv")
     started = time.perf_counter()
     try:
         ensure_venv(venv, python, requirements=args.requirements)
