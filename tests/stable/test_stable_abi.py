@@ -23,12 +23,14 @@ from elftools.elf.sections import SymbolTableSection
 
 from kiln_tool.audit.torch_abi import load_recorded, recorded_versions
 from kiln_tool.build_info import op_bindings, op_manifest
-from kiln_tool.build_metadata import STABLE_ABI_MIN_TORCH
+from kiln_tool.build_metadata import stable_min_torch
+from kiln_tool.project import load_project
 from kiln_tool.torch_probe import TorchInstall, find_torch
 from support.elf_facts import extension_of, read_elf, wheel_text
 from support.venvs import CU130_VENV, site_packages, skip_without_cu130
 
 REPO = Path(__file__).resolve().parents[2]
+STABLE_ABI_MIN_TORCH = stable_min_torch(load_project(REPO))
 
 # The stable C shim: C entry points of libtorch, by name (no C++ mangling).
 STABLE_SHIM_SYMBOL = re.compile(r"^(aoti_torch_|torch_)[a-z0-9_]+$")
@@ -72,7 +74,7 @@ def test_wheel_name_metadata_and_build_info(stable_cpu_wheel: Path) -> None:
     assert info["python_tag"] == "cp310-abi3"
     assert info["extension_suffix"] == "abi3"
     assert info["version"] == f"{base}+cpu"
-    assert info["ops"] == op_manifest(op_bindings(REPO))
+    assert info["ops"] == op_manifest(op_bindings(REPO), "opkiln")
     name, _ = extension_of(stable_cpu_wheel)
     assert name == "opkiln/_C.abi3.so"
 
