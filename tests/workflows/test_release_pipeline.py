@@ -54,7 +54,8 @@ def serve() -> Iterator[object]:
 
 
 def _workspace(tmp: Path, wheels: list[Path]) -> Path:
-    """A checkout as the release job sees it: the repo's scripts, tools, data and [tool.kiln] (pyproject.toml), and dist/ of wheels."""
+    """A checkout as the release job sees it: the repo's scripts, tools, data and [tool.kiln] (pyproject.toml),
+    and dist/ of wheels."""
     tmp.mkdir(parents=True)
     for name in ("scripts", "tools", "data", "pyproject.toml", "VERSION"):
         (tmp / name).symlink_to(REPO / name)
