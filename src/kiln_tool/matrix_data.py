@@ -174,7 +174,7 @@ class MatrixJob:
     @property
     def image(self) -> str:
         """Local tag of the docker/ build image for this job (one per variant and platform)."""
-        return f"opkiln-manylinux_2_28-{self.variant}-{self.platform}"
+        return f"kiln-manylinux_2_28-{self.variant}-{self.platform}"
 
 
 # -- parsing -----------------------------------------------------------------

@@ -23,7 +23,7 @@ from pathlib import Path
 from .. import resources
 
 CONTAINERS_FILE = resources.data_path("containers.json")
-STATE_DIR = Path(os.environ.get("KILN_CONTAINER_STATE", Path.home() / ".cache" / "opkiln" / "containers"))
+STATE_DIR = Path(os.environ.get("KILN_CONTAINER_STATE", Path.home() / ".cache" / "kiln" / "containers"))
 
 
 class ContainerError(RuntimeError):
