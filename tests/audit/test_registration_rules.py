@@ -210,6 +210,34 @@ def test_a_stable_abi_namespace_defined_twice_is_found(tmp_path: Path) -> None:
                                    "kilnstable/liba.so, kilnstable/libb.so;"), check.detail
 
 
+def _fragment(uid: int) -> str:
+    return f"""
+extern "C" void aoti_torch_library_init_fragment(void (*fn)(void*), const char* ns);
+static void STABLE_TORCH_LIBRARY_FRAGMENT_init_kilnfrag_{uid}(void*) {{}}
+struct KilnInit {{ KilnInit() {{ aoti_torch_library_init_fragment(&STABLE_TORCH_LIBRARY_FRAGMENT_init_kilnfrag_{uid},
+                                                                   "kilnfrag"); }} }};
+static KilnInit kiln_init;
+"""
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is needed")
+def test_a_namespace_registered_by_fragments_alone_is_registered(tmp_path: Path) -> None:
+    """Two libraries, each a TORCH_LIBRARY_FRAGMENT of one namespace (as a setup.py project loads them with
+    torch.ops.load_library): the build info's ops are registered, and the namespace is named with both."""
+    liba = _gxx(tmp_path, "liba.so", _fragment(0)).read_bytes()
+    libb = _gxx(tmp_path, "libb.so", _fragment(1)).read_bytes()
+    wheel = make_wheel(tmp_path, {"kilnfrag/liba.so": liba, "kilnfrag/libb.so": libb},
+                       build_info={"ops": ["kilnfrag::axpy", "kilnfrag::prefix_sum"]})
+    check = _wheel_check(wheel)
+    assert check is not None and check.ok, check
+    assert check.detail == "namespaces: kilnfrag (fragments in kilnfrag/liba.so, kilnfrag/libb.so)"
+    (tmp_path / "none").mkdir()
+    missing = make_wheel(tmp_path / "none", {"kilnfrag/liba.so": liba}, build_info={"ops": ["other::x"]})
+    check = _wheel_check(missing)
+    assert check is not None and not check.ok
+    assert "the build info lists ops of namespace 'other' but no library in the wheel registers them" in check.detail
+
+
 @pytest.fixture
 def stripped(corpus: Corpus, tmp_path: Path) -> bytes:
     """libregister.so without .symtab: its namespace is known from the build info and its schema string."""

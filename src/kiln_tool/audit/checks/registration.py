@@ -117,9 +117,13 @@ def check_library(ctx: LibraryContext) -> CheckResult | None:
 def check_wheel(artifact: ArtifactContext) -> CheckResult | None:
     """Across the libraries of one wheel: every namespace of the build info registered, none twice."""
     owners: dict[str, list[str]] = {}
+    fragments: dict[str, list[str]] = {}  # TORCH_LIBRARY_FRAGMENT blocks register ops of a namespace too
     for lib in artifact.libraries:
         for namespace in defined_namespaces(lib):
             owners.setdefault(namespace, []).append(lib.member)
+        inits = init_namespaces(lib)
+        for namespace in inits.get("TORCH_LIBRARY_FRAGMENT", set()) | inits.get("STABLE_TORCH_LIBRARY_FRAGMENT", set()):
+            fragments.setdefault(namespace, []).append(lib.member)
     problems: list[str] = []
     for namespace, libs in sorted(owners.items()):
         if len(libs) > 1:
@@ -130,7 +134,7 @@ def check_wheel(artifact: ArtifactContext) -> CheckResult | None:
     ops = info.get("ops") if isinstance(info.get("ops"), list) else []
     expected = sorted({str(op).partition("::")[0] for op in ops or [] if "::" in str(op)})
     for namespace in expected:
-        if namespace not in owners:
+        if namespace not in owners and namespace not in fragments:
             problems.append(f"the build info lists ops of namespace '{namespace}' but no library in the wheel "
                             "registers them")
     if problems:
@@ -138,7 +142,8 @@ def check_wheel(artifact: ArtifactContext) -> CheckResult | None:
                       "define each namespace with exactly one TORCH_LIBRARY (other files use TORCH_LIBRARY_IMPL or "
                       "TORCH_LIBRARY_FRAGMENT), and link the registration sources into the extension the build info "
                       "describes.")
-    if not owners and not expected:
+    if not owners and not expected and not fragments:
         return None
-    namespaces = ", ".join(f"{ns} ({libs[0]})" for ns, libs in sorted(owners.items()))
-    return passed("registration", f"namespaces: {namespaces}")
+    named = [f"{ns} ({libs[0]})" for ns, libs in sorted(owners.items())]
+    named += [f"{ns} (fragments in {', '.join(libs)})" for ns, libs in sorted(fragments.items()) if ns not in owners]
+    return passed("registration", f"namespaces: {', '.join(named)}")
