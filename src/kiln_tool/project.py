@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import json
+import keyword
 import os
 import re
 import sys
@@ -239,9 +240,13 @@ def load_project(root: Path) -> KilnProject:
     build = table.get("build", "kiln" if backend == SCIKIT_BUILD_BACKEND else "backend")
     canonical = canonical_name(name)
     package = table.get("package", re.sub(r"[-.]+", "_", name).lower())
-    if not package.isidentifier():
-        raise ProjectError([f"tool.kiln.package: the default {package!r} (from [project] name) is not an "
-                            "identifier; set package"])
+    if not package.isidentifier() or keyword.iskeyword(package):
+        where = "tool.kiln.package" if "package" in table else "tool.kiln.package (default, from [project] name)"
+        raise ProjectError([f"{where} = {package!r} cannot be imported (not an identifier, or a Python keyword)"])
+    namespace = table.get("namespace", package)
+    if keyword.iskeyword(namespace):
+        raise ProjectError([f"tool.kiln.namespace = {namespace!r} is a Python keyword: torch.ops.{namespace} "
+                            "cannot be written"])
     version = table.get("version")
     if "version-file" in table:
         version = _version_from_file(root, table["version-file"])
@@ -253,7 +258,7 @@ def load_project(root: Path) -> KilnProject:
     if not matrix_file.is_file():
         raise ProjectError([f"tool.kiln.matrix = {matrix!r}: no such file"])
     return KilnProject(
-        root=root, name=canonical, package=package, namespace=table.get("namespace", package), build=build,
+        root=root, name=canonical, package=package, namespace=namespace, build=build,
         libraries=table.get("libraries", "python-module"), abi_modes=tuple(table.get("abi", ["torch"])),
         version=version, index_url=table.get("index-url"), matrix_file=matrix_file,
         schema_sources=tuple(table.get("schema-sources", ())), build_requires=tuple(requires))

@@ -69,6 +69,16 @@ def test_another_backend_defaults_to_a_backend_build(tmp_path: Path) -> None:
     assert (project.build, project.libraries, project.version) == ("backend", "load-library", None)
 
 
+@pytest.mark.parametrize(("table", "name"), [({"package": "import"}, "ringops"), ({"namespace": "def"}, "ringops"),
+                                             ({"version": "1.0"}, "class"), ({"version": "1.0"}, "2fast")])
+def test_a_package_or_namespace_that_cannot_be_written_is_refused(tmp_path: Path, table: dict[str, str],
+                                                                 name: str) -> None:
+    with pytest.raises(ProjectError) as info:
+        load_project(write_project(tmp_path / "p", {"version": "1.0", **table}, name=name))
+    assert len(info.value.problems) == 1
+    assert info.value.problems[0].startswith(("tool.kiln.package", "tool.kiln.namespace"))
+
+
 def test_a_kiln_build_needs_its_base_version(tmp_path: Path) -> None:
     with pytest.raises(ProjectError, match="needs the base version"):
         load_project(write_project(tmp_path / "p", {}))
