@@ -188,6 +188,7 @@ def test_kiln_offers_builds_the_entry_points_its_wheel_declares(tmp_path: Path) 
     """What `kiln wheels` puts on a build's path (kiln-path: kiln_tool and torch-kiln's entry points) is what
     the installed wheel declares: scikit-build-core finds `provider = "kiln"` and the CMake package either way."""
     import importlib.metadata
+
     import tomllib
 
     from kiln_tool import resources
