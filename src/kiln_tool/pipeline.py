@@ -4,11 +4,15 @@ The project (kiln_tool.project) builds either with kiln's CMake API through scik
 version label and torch pin come from kiln's metadata provider), or with its own PEP 517 backend, after
 which kiln sets the label and the pin and adds the build info (kiln_tool.relabel). Either way the wheel
 is then repaired and audited. A wheel reaches dist/ only when it passed every step; it is moved there
-atomically, so dist/ never holds a partial or failing wheel.
+atomically, so dist/ never holds a partial or failing wheel. A wheel that was built and repaired but
+fails the audit is kept for inspection in dist/audit-failed/ with its report beside it (kiln index and
+kiln release take dist/*.whl only, and audit again): a project's own backend cannot be held to every
+flag kiln's build sets, and its maintainers see exactly what the audit found and how to fix it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import shutil
@@ -32,6 +36,10 @@ if TYPE_CHECKING:
     from .variant import BuildVariant
 
 
+REJECTED = "audit-failed"
+"""The folder of dist/ that keeps wheels which were built but failed the audit."""
+
+
 class PipelineError(RuntimeError):
     def __init__(self, step: str, message: str) -> None:
         super().__init__(f"{step}: {message}")
@@ -48,6 +56,8 @@ class BuildResult:
     detail: str = ""
     log: Path | None = None
     steps: list[str] = field(default_factory=list)
+    rejected: Path | None = None
+    """The wheel that failed the audit, kept in dist/audit-failed/ with its report (<wheel>.audit.txt)."""
 
     @property
     def ok(self) -> bool:
@@ -89,7 +99,7 @@ def build_wheel(python: Path, spec: BuildSpec, out_dir: Path, log: Path, build_d
     project = load_project(source) if source is not None else current_project()
     env = build_environment(spec, python, project, env_extra)
     if project.build == "backend":
-        env = {**env, **backend_cuda_environment(spec, project, env)}
+        env = {**env, **backend_environment(spec, python, project, env)}
     cmd = [str(python), "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "--no-cache-dir", "-v",
            "-w", str(out_dir)]
     if project.build == "kiln":
@@ -112,16 +122,29 @@ def build_wheel(python: Path, spec: BuildSpec, out_dir: Path, log: Path, build_d
     return wheels[0]
 
 
-def backend_cuda_environment(spec: BuildSpec, project: KilnProject, env: dict[str, str]) -> dict[str, str]:
-    """What torch.utils.cpp_extension reads for a CUDA build, from the same data kiln's CMake build reads:
-    the arch list of the matrix (KILN_CUDA_ARCHS overrides it, as for a kiln build) and the toolkit root
-    (KILN_CUDA_HOME, when the nvcc first on PATH is a wrapper: ../shared/notes/toolchain.md)."""
-    from .matrix_data import arch_list, cuda_version, load
+def backend_environment(spec: BuildSpec, python: Path, project: KilnProject, env: dict[str, str]) -> dict[str, str]:
+    """What kiln gives a build by the project's own backend without changing what it builds.
 
+    - Prefix maps (CPPFLAGS, which setuptools appends to every compile and link line and torch's
+      cpp_extension keeps): the project's tree as ``<package>/`` and torch's as ``torch/`` in __FILE__ and
+      in the debug info Python's own ``-g`` asks for, so two checkouts give the same bytes (kiln repro).
+    - For CUDA kernels, what torch.utils.cpp_extension reads, from the data kiln's CMake build reads: the
+      matrix's arch list (KILN_CUDA_ARCHS overrides it) and the toolkit root (KILN_CUDA_HOME, where the nvcc
+      first on PATH is a wrapper: ../shared/notes/toolchain.md).
+    Flags that change what the libraries export or how they link are the project's: the audit reports them.
+    """
+    from .matrix_data import arch_list, cuda_version, load
+    from .torch_probe import TorchNotFound, find_torch
+
+    site = sorted((python.parent.parent / "lib").glob("python3*/site-packages"))
+    maps = [f"-ffile-prefix-map={project.root}/={project.package}/"]
+    with contextlib.suppress(TorchNotFound):  # no torch: the build itself says so
+        # After the project's map: torch may lie inside the project (.venvs/), and gcc takes the last match.
+        maps.append(f"-ffile-prefix-map={Path(find_torch([str(site[0])] if site else []).root)}/=torch/")
+    extra = {"CPPFLAGS": " ".join([env.get("CPPFLAGS", ""), *maps]).strip()}
     cuda = cuda_version(spec.cuda)
     if cuda is None:
-        return {}
-    extra = {}
+        return extra
     override = env.get("KILN_CUDA_ARCHS", "").strip()
     archs = override.replace(",", ";") if override else ";".join(
         arch_list(load(project.matrix_file), cuda, platform.machine()))
@@ -237,8 +260,14 @@ def run_pipeline(spec: BuildSpec, dist: Path, logs: Path,
             if not ok:
                 result.verdict = "audit failed"
                 result.detail = report
+                result.rejected = place(repaired, dist / REJECTED)
+                report_file = result.rejected.with_name(result.rejected.name + ".audit.txt")
+                report_file.with_name(report_file.name + ".partial").write_text(report)
+                report_file.with_name(report_file.name + ".partial").replace(report_file)
                 return result
             step("place")
+            for stale in (dist / REJECTED / repaired.name, dist / REJECTED / f"{repaired.name}.audit.txt"):
+                stale.unlink(missing_ok=True)
             result.wheel = place(repaired, dist)
             result.size = result.wheel.stat().st_size
             result.verdict = "passed"

@@ -77,5 +77,6 @@ def execute(args: argparse.Namespace) -> int:
                       "(`make dev-venv` gives .venv torch 2.13.0, the CPU wheel's)[/]")
         return 2
     for r in failed:
-        console.print(f"[red]{r.spec.name}: {r.verdict}[/]\n{r.detail}\nlog: {r.log}")
+        kept = f"\nkept for inspection (not in dist/): {r.rejected}" if r.rejected else ""
+        console.print(f"[red]{r.spec.name}: {r.verdict}[/]\n{r.detail}\nlog: {r.log}{kept}")
     return 1 if failed else 0
