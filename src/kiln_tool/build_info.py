@@ -103,6 +103,8 @@ def source_files(source_dir: Path) -> list[Path]:
         rel = path.relative_to(source_dir)
         if (_SKIP_PARTS & set(rel.parts)) or path.name in _SKIP_NAMES or path.suffix in {".pyc", ".so"}:
             continue
+        if tracked is None and any(part.endswith(".egg-info") for part in rel.parts[:-1]):
+            continue  # setuptools writes <name>.egg-info/ into the project while it builds
         if path.is_file():
             kept.append(path)
     return sorted(kept, key=lambda p: p.relative_to(source_dir).as_posix())
