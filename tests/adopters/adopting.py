@@ -146,19 +146,27 @@ class Built:
             self.proc.stdout + self.proc.stderr)[-8000:]
 
     def wheel(self, label: str) -> Path:
-        """The one wheel of this run whose local version label is `label` (pt213cpu, pt214cu130)."""
-        assert self.proc.returncode == 0, self.output
+        """The one wheel of this run whose local version label is `label` (pt213cpu, pt214cu130): in dist/ when
+        the audit passed it (exit 0), in dist/audit-failed/ beside its report when it did not (exit 1)."""
         found = [w for w in self.new_wheels if f"+{label}-" in w.name]
-        assert len(found) == 1, f"expected one +{label} wheel in {self.root / 'dist'}, found {self.new_wheels}"
+        assert len(found) == 1, f"expected one +{label} wheel in {self.root / 'dist'}, found {self.new_wheels}\n" \
+            + self.output
+        kept = found[0].parent.name == "audit-failed"
+        assert self.proc.returncode == (1 if kept else 0), self.output
+        if kept:
+            assert found[0].with_name(found[0].name + ".audit.txt").is_file(), "the report is kept beside it"
+            assert not (self.root / "dist" / found[0].name).exists(), "dist/ holds passing wheels only"
         return found[0]
 
 
 def kiln_wheels(tool: KilnTool, root: Path, *args: str, timing: str) -> Built:
-    before = set((root / "dist").glob("*.whl"))
+    def wheels() -> set[Path]:
+        return set((root / "dist").glob("*.whl")) | set((root / "dist" / "audit-failed").glob("*.whl"))
+
+    before = wheels()
     with timed(timing):
         proc = tool.run("-C", root, "wheels", *args)
-    after = set((root / "dist").glob("*.whl"))
-    return Built(root, args, proc, sorted(after - before))
+    return Built(root, args, proc, sorted(wheels() - before))
 
 
 # --- what a wheel holds ----------------------------------------------------------------------------------------

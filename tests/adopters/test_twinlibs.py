@@ -89,8 +89,11 @@ def _true_failures(library: bytes, clone: Path) -> set[str]:
 
 def test_kiln_audit_judges_each_library_truthfully(kiln_tool: KilnTool, twinlibs_cpu: Built,
                                                    twinlibs_clone: Path) -> None:
+    """What the audit says, kiln wheels acted on: a wheel with an error waits in dist/audit-failed/ (exit 1),
+    one without is placed in dist/ (Built.wheel holds that)."""
     wheel = twinlibs_cpu.wheel("pt213cpu")
     status, report = audit_json(kiln_tool, wheel)
+    assert (wheel.parent.name == "audit-failed") == (status == 1), (wheel, status)
     failed = failed_checks(report)
     shown = json.dumps(sorted(failed))
     judged = {"exports", "build-paths", "rpath", "textrel", "exec-stack"}
@@ -115,7 +118,7 @@ def test_kiln_repro_rebuilds_the_wheel_byte_for_byte(kiln_tool: KilnTool, twinli
     result = json.loads(proc.stdout)
     assert result["identical"] is True, result["differences"]
     assert {b["repaired_sha256"] for b in result["builds"]} == {sha256_of(placed)}, \
-        "kiln repro's builds are the very wheel kiln wheels placed in dist/"
+        "kiln repro's builds are the very wheel kiln wheels made"
 
 
 def test_installed_beside_torch_213_both_libraries_load_and_their_ops_match_torch(twinlibs_cpu: Built,
