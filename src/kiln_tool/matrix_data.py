@@ -1,4 +1,5 @@
-"""Loader for data/matrix.json, the single source of truth for what opkiln builds.
+"""Loader for data/matrix.json (or a project's own file of its schema: [tool.kiln] matrix), the single source
+of truth for what a project builds.
 
 The file lists the supported torch releases (with the Pythons and CUDA variants
 each publishes), the CUDA arch list per CUDA version and platform, the

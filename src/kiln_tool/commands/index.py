@@ -11,9 +11,9 @@ HELP = "write (or merge into) a static wheel index: find-links pages, flat pages
 EPILOG = """\
 layout of OUT_DIR:
   index.html                     landing page: chooser and coverage table
-  <cuda>/torch<X.Y>/index.html   pip install opkiln -f <url of this page>   (e.g. cu130/torch2.14/)
-  torch-<X.Y>.0+<cuda>.html      the same, flat (pip install opkiln -f <url>)
-  simple/<project>/index.html    PEP 503 simple index (pip install --index-url <url>/simple opkiln)
+  <cuda>/torch<X.Y>/index.html   pip install <project> -f <url of this page>   (e.g. cu130/torch2.14/)
+  torch-<X.Y>.0+<cuda>.html      the same, flat (pip install <project> -f <url>)
+  simple/<project>/index.html    PEP 503 simple index (pip install --index-url <url>/simple <project>)
   wheels/<wheel>[.metadata]      the wheels and their METADATA (PEP 658), unless --storage puts
                                  them elsewhere (docs/storage.md: release assets, an S3 bucket);
                                  pages then link each by its absolute URL with #sha256

@@ -64,7 +64,7 @@ def _links_page(title: str, prefix: str, wheels: Iterable[PublishedWheel], repos
 
 
 def find_links_page(combo: Combination, wheels: Iterable[PublishedWheel]) -> str:
-    """``<cuda>/torch<minor>/index.html``, for ``pip install opkiln -f``."""
+    """``<cuda>/torch<minor>/index.html``, for ``pip install <project> -f``."""
     return _links_page(f"Wheels for torch {combo.torch} ({combo.cuda_label})", f"../../{WHEEL_DIR}/", wheels)
 
 
