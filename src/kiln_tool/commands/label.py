@@ -46,7 +46,7 @@ def execute(args: argparse.Namespace) -> int:
             labelled = label_wheel(wheel, args.wheel_dir, project, torch, variant, python,
                                    os.environ.get("KILN_GIT_COMMIT"), source_date_epoch(project.root))
         except PipelineError as exc:
-            print(f"kiln label: {exc}", file=sys.stderr)
+            print(f"kiln label: {str(exc).removeprefix(f'{exc.step}: ')}", file=sys.stderr)
             return 2
         print(labelled)
     return 0
