@@ -14,6 +14,7 @@ import hashlib
 import importlib.metadata
 import io
 import json
+import os
 import re
 import stat
 import subprocess
@@ -518,3 +519,60 @@ def test_wheel_file_names_with_odd_characters_are_refused(backend_files: dict[st
     if len(name.encode()) > 255:
         return
     _refused_in_tmp(name, backend_files)
+
+
+# -- kiln label: the command a cibuildwheel repair step runs on a backend's wheel ------------------------------
+
+KILN = [sys.executable, str(Path(__file__).resolve().parents[2] / "scripts" / "kiln")]
+
+
+def _label_project(root: Path, build: str) -> Path:
+    root.mkdir(parents=True)
+    (root / "pyproject.toml").write_text(PYPROJECT.replace("[tool.setuptools]", f"""[tool.kiln]
+package = "{PACKAGE}"
+build = "{build}"
+version = "0.3.0"
+
+[tool.setuptools]"""))
+    return root
+
+
+def test_kiln_label_labels_a_backend_wheel_for_the_torch_beside_its_python(backend_wheel: Path,
+                                                                          tmp_path: Path) -> None:
+    import torch  # the dev venv's: the wheel is labelled for it
+
+    minor = "".join(torch.__version__.split(".")[:2])
+    project = _label_project(tmp_path / "project", "backend")
+    run = subprocess.run([*KILN, "-C", str(project), "label", str(backend_wheel), "-w", str(tmp_path / "out")],
+                         capture_output=True, text=True, check=False, env={
+                             **{k: v for k, v in os.environ.items() if not k.startswith("KILN_")},
+                             "KILN_VARIANT": "cpu", "SOURCE_DATE_EPOCH": "1700000000"})
+    assert run.returncode == 0, run.stderr
+    (out,) = (tmp_path / "out").glob("*.whl")
+    assert Path(run.stdout.strip()) == out
+    assert out.name.startswith(f"ring_ops-0.3.0+pt{minor}cpu-")
+    with SafeZip(out) as archive:
+        checked = kiln_wheel.check_archive(kiln_wheel.check_name(out.name, PROJECT, PACKAGE), archive)
+    info = checked.build_info
+    assert (info["build"], info["package"], info["project"], info["torch_version"]) == (
+        "backend", PACKAGE, PROJECT, torch.__version__)
+    major_s, minor_s = torch.__version__.split(".")[:2]
+    assert checked.torch_requirement in (f">={major_s}.{minor_s},<{major_s}.{int(minor_s) + 1}",
+                                         f"<{major_s}.{int(minor_s) + 1},>={major_s}.{minor_s}")
+
+
+def test_kiln_label_refuses_a_kiln_built_project_and_a_labelled_wheel(backend_wheel: Path, tmp_path: Path) -> None:
+    kiln_built = _label_project(tmp_path / "kiln-built", "kiln")
+    run = subprocess.run([*KILN, "-C", str(kiln_built), "label", str(backend_wheel), "-w", str(tmp_path / "a")],
+                         capture_output=True, text=True, check=False)
+    assert run.returncode == 2 and "metadata provider labels it" in run.stderr, run.stderr
+    assert not (tmp_path / "a").exists()
+    project = _label_project(tmp_path / "backend", "backend")
+    first = subprocess.run([*KILN, "-C", str(project), "label", str(backend_wheel), "-w", str(tmp_path / "b")],
+                           capture_output=True, text=True, check=False, env={**os.environ, "KILN_VARIANT": "cpu"})
+    assert first.returncode == 0, first.stderr
+    (labelled,) = (tmp_path / "b").glob("*.whl")
+    again = subprocess.run([*KILN, "-C", str(project), "label", str(labelled), "-w", str(tmp_path / "c")],
+                           capture_output=True, text=True, check=False, env={**os.environ, "KILN_VARIANT": "cpu"})
+    assert again.returncode == 2 and again.stderr.count("\n") == 1 and "already has a local label" in again.stderr
+    assert not (tmp_path / "c").exists() or not any((tmp_path / "c").iterdir())
