@@ -296,3 +296,16 @@ def own_table(project: str) -> dict[str, Any]:
     with (PROJECTS / project / "pyproject.toml").open("rb") as fh:
         table: dict[str, Any] = tomllib.load(fh)["tool"]["kiln"]
     return table
+
+
+def assert_repro_rebuilds(tool: KilnTool, clone: Path, built: Built, label: str, timing: str) -> None:
+    """`kiln -C <clone> repro` builds twice (other paths, umask, locale, TZ), and both are the very wheel
+    `kiln wheels` made (its bytes, wherever it was kept)."""
+    made = built.wheel(label)
+    with timed(timing):
+        proc = tool.run("-C", clone, "repro", "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["identical"] is True, result["differences"]
+    assert {b["repaired_sha256"] for b in result["builds"]} == {sha256_of(made)}, \
+        "kiln repro's builds are the very wheel kiln wheels made"

@@ -19,6 +19,7 @@ from packaging.specifiers import SpecifierSet
 from adopters.adopting import (
     Built,
     KilnTool,
+    assert_repro_rebuilds,
     audit_json,
     build_info,
     failed_checks,
@@ -27,7 +28,6 @@ from adopters.adopting import (
     libraries_in,
     record_problems,
     run_python,
-    sha256_of,
     timed,
     user_venv,
     wheel_metadata,
@@ -77,14 +77,8 @@ def test_kiln_audit_passes_it(kiln_tool: KilnTool, ringops_cpu: Built) -> None:
 
 def test_kiln_repro_rebuilds_the_wheel_byte_for_byte(kiln_tool: KilnTool, ringops_cpu: Built,
                                                      ringops_clone: Path) -> None:
-    placed = ringops_cpu.wheel("pt213cpu")
-    with timed("ringops: kiln repro (cpu: two builds, other paths, umask, locale, TZ)"):
-        proc = kiln_tool.run("-C", ringops_clone, "repro", "--json")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    result = json.loads(proc.stdout)
-    assert result["identical"] is True, result["differences"]
-    digests = {build["repaired_sha256"] for build in result["builds"]}
-    assert digests == {sha256_of(placed)}, "kiln repro's builds are the very wheel kiln wheels placed in dist/"
+    assert_repro_rebuilds(kiln_tool, ringops_clone, ringops_cpu, "pt213cpu",
+                          "ringops: kiln repro (cpu: two builds, other paths, umask, locale, TZ)")
 
 
 def test_installed_beside_torch_213_its_op_is_torch_roll(ringops_cpu: Built, tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ from adopters.adopting import (
     PROJECTS,
     Built,
     KilnTool,
+    assert_repro_rebuilds,
     audit_json,
     build_info,
     failed_checks,
@@ -29,7 +30,6 @@ from adopters.adopting import (
     libraries_in,
     record_problems,
     run_python,
-    sha256_of,
     timed,
     user_venv,
     wheel_metadata,
@@ -114,14 +114,8 @@ def test_kiln_audit_judges_each_library_truthfully(kiln_tool: KilnTool, twinlibs
 
 def test_kiln_repro_rebuilds_the_wheel_byte_for_byte(kiln_tool: KilnTool, twinlibs_cpu: Built,
                                                      twinlibs_clone: Path) -> None:
-    placed = twinlibs_cpu.wheel("pt213cpu")
-    with timed("twinlibs: kiln repro (cpu: two setup.py builds, other paths, umask, locale, TZ)"):
-        proc = kiln_tool.run("-C", twinlibs_clone, "repro", "--json")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    result = json.loads(proc.stdout)
-    assert result["identical"] is True, result["differences"]
-    assert {b["repaired_sha256"] for b in result["builds"]} == {sha256_of(placed)}, \
-        "kiln repro's builds are the very wheel kiln wheels made"
+    assert_repro_rebuilds(kiln_tool, twinlibs_clone, twinlibs_cpu, "pt213cpu",
+                          "twinlibs: kiln repro (cpu: two setup.py builds, other paths, umask, locale, TZ)")
 
 
 def test_installed_beside_torch_213_both_libraries_load_and_their_ops_match_torch(twinlibs_cpu: Built,

@@ -49,12 +49,8 @@ function(kiln_harden target)
     set(script "${CMAKE_CURRENT_BINARY_DIR}/kiln/${target}.map")
     kiln_version_script("${script}" EXPORTS ${arg_EXPORTS})
   endif()
+  # PIC and hidden visibility: kiln_harden_compile, below.
   set_target_properties(${target} PROPERTIES
-    POSITION_INDEPENDENT_CODE ON
-    C_VISIBILITY_PRESET hidden
-    CXX_VISIBILITY_PRESET hidden
-    CUDA_VISIBILITY_PRESET hidden
-    VISIBILITY_INLINES_HIDDEN ON
     BUILD_WITH_INSTALL_RPATH ON
     INSTALL_RPATH "${arg_RUNPATH}"
     LINK_DEPENDS "${script}")
@@ -71,7 +67,11 @@ function(kiln_harden target)
   set(host_maps "-ffile-prefix-map=${CMAKE_BINARY_DIR}/=build/")
   if(KILN_TORCH_ROOT)
     # torch's headers name themselves in __FILE__ (TORCH_CHECK, c10 macros): torch/..., not the build venv.
-    list(APPEND host_maps "-ffile-prefix-map=${KILN_TORCH_ROOT}/=torch/")
+    # ccache with CCACHE_BASEDIR (kiln wheels sets the project's folder, which holds .venvs/) hands the
+    # compiler include paths relative to the build folder: map that spelling too.
+    file(RELATIVE_PATH torch_relative "${CMAKE_BINARY_DIR}" "${KILN_TORCH_ROOT}")
+    string(REGEX REPLACE "/+$" "" torch_relative "${torch_relative}")
+    list(APPEND host_maps "-ffile-prefix-map=${KILN_TORCH_ROOT}/=torch/" "-ffile-prefix-map=${torch_relative}/=torch/")
   endif()
   kiln_harden_compile(${target} PREFIX_MAPS ${host_maps})
 endfunction()
@@ -91,7 +91,15 @@ function(kiln_harden_compile target)
     CXX_VISIBILITY_PRESET hidden
     CUDA_VISIBILITY_PRESET hidden
     VISIBILITY_INLINES_HIDDEN ON)
-  set(host_maps "-ffile-prefix-map=${KILN_PROJECT_DIR}/=${KILN_PACKAGE}/" ${arg_PREFIX_MAPS})
+  # Both spellings of the project's tree: ccache with CCACHE_BASEDIR hands the compiler paths relative to the
+  # build folder (../../ops/...). PREFIX_MAPS come after: the last match wins, and torch may lie inside.
+  file(RELATIVE_PATH project_relative "${CMAKE_BINARY_DIR}" "${KILN_PROJECT_DIR}")
+  string(REGEX REPLACE "/+$" "" project_relative "${project_relative}")  # CMake 4 writes an ancestor as ../../
+  set(host_maps "-ffile-prefix-map=${KILN_PROJECT_DIR}/=${KILN_PACKAGE}/")
+  if(project_relative MATCHES "^\\.\\.(/\\.\\.)*$")
+    list(APPEND host_maps "-ffile-prefix-map=${project_relative}/=${KILN_PACKAGE}/")
+  endif()
+  list(APPEND host_maps ${arg_PREFIX_MAPS})
   target_compile_options(${target} PRIVATE
     "$<$<COMPILE_LANGUAGE:CXX>:${host_maps}>"
     "$<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=$<JOIN:${host_maps},,>>")
