@@ -196,3 +196,39 @@ def test_a_wrong_call_stops_the_configure_step_with_one_message(tmp_path: Path, 
     assert configured.returncode != 0
     assert configured.stderr.count("CMake Error") == 1, configured.stderr
     assert message in " ".join(configured.stderr.split()), configured.stderr
+
+
+@pytest.mark.skipif(shutil.which("ccache") is None, reason="ccache is needed (make setup installs it)")
+def test_paths_stay_mapped_through_ccache_with_a_base_dir(tmp_path: Path) -> None:
+    """kiln wheels compiles through ccache with CCACHE_BASEDIR = the project's folder, which also holds the build
+    folder and the build venvs (.venvs/): ccache then hands the compiler every path below it relative to the
+    build folder (../../csrc, ../../.venvs/.../torch/include). Those spellings are mapped too: no __FILE__
+    names where the build happened, only tinyops/ and torch/."""
+    if not TORCH_PYTHON.exists():
+        pytest.skip(f"{TORCH_VENV} is missing: scripts/kiln venv --build cpu (or make setup)")
+    # The layout kiln wheels builds in: the project, its build folder and its torch under one base dir
+    # (REPO/build/ is ignored by git; the build venv is reached through a link inside the project).
+    base = REPO / "build" / "test-ccache-base" / tmp_path.name
+    shutil.rmtree(base, ignore_errors=True)
+    source = base / "tinyops"
+    shutil.copytree(PROJECT, source)
+    (source / ".venvs").mkdir()
+    (source / ".venvs" / "torch").symlink_to(TORCH_VENV, target_is_directory=True)
+    build, site = source / "build" / "cpu", base / "site"
+    cmake = _cmake()
+    env = {**_env(cmake), "CCACHE_BASEDIR": str(source), "CCACHE_NOHASHDIR": "1", "CCACHE_RECACHE": "1"}
+    try:
+        steps = [[str(cmake), "-S", str(source), "-B", str(build), "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release",
+                  f"-DPython_EXECUTABLE={source / '.venvs' / 'torch' / 'bin' / 'python'}",
+                  f"-DKiln_DIR={KILN_CMAKE_DIR}", "-DCMAKE_CXX_COMPILER_LAUNCHER=ccache"],
+                 [str(cmake), "--build", str(build)], [str(cmake), "--install", str(build), "--prefix", str(site)]]
+        for args in steps:
+            step = subprocess.run(args, capture_output=True, text=True, env=env, timeout=600, cwd=source)
+            assert step.returncode == 0, step.stdout + step.stderr
+        data = (site / "tinyops" / "_tiny_add.so").read_bytes()
+        assert b"tinyops/csrc/tiny_add.cpp" in data
+        strings = [s for s in data.split(b"\0") if b".h" in s or b".cpp" in s]
+        leaked = [s for s in strings if b"../" in s or b".venvs" in s or str(base).encode() in s]
+        assert leaked == [], leaked[:5]
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
