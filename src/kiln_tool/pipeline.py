@@ -100,6 +100,10 @@ def build_wheel(python: Path, spec: BuildSpec, out_dir: Path, log: Path, build_d
     env = build_environment(spec, python, project, env_extra)
     if project.build == "backend":
         env = {**env, **backend_environment(spec, python, project, env)}
+        # torch.utils.cpp_extension compiles through ccache when it finds one; with a CCACHE_BASEDIR, ccache
+        # hands the compiler paths relative to setuptools' temp folder, which the prefix maps cannot know.
+        for name in ("CCACHE_BASEDIR", "CCACHE_NOHASHDIR"):
+            env.pop(name, None)
     cmd = [str(python), "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "--no-cache-dir", "-v",
            "-w", str(out_dir)]
     if project.build == "kiln":
