@@ -80,7 +80,7 @@ def test_the_generated_table_holds_and_reads_back_as_generated(projects: dict[st
     text = render(table, project, __version__)
     assert tomllib.loads(text)["tool"]["cibuildwheel"] == table
     assert table["before-build"][0] == f'python -m pip install "torch-kiln=={__version__}"'
-    labelled = "kiln label {wheel}" in table["repair-wheel-command"]
+    labelled = "kiln -C {project} label {wheel}" in table["repair-wheel-command"]
     assert labelled == (build == "backend")
     assert ("environment" in table) == (build == "kiln")  # CMake's compiler launchers: kiln's build only
 
@@ -236,8 +236,8 @@ def test_the_linux_table_is_read_over_the_top_level_one(projects: dict[str, Kiln
     table = _generated(project)
     table["linux"] = {"repair-wheel-command": "auditwheel repair -w {dest_dir} {wheel}"}
     assert check(table, project, __version__) == [
-        "repair-wheel-command does not run kiln repair (use 'kiln repair {wheel} -w {dest_dir} && kiln audit --release "
-        "{dest_dir}/*.whl')",
+        "repair-wheel-command does not run kiln repair (use 'kiln -C {project} repair {wheel} -w {dest_dir} && "
+        "kiln -C {project} audit --release {dest_dir}/*.whl')",
         "repair-wheel-command does not run kiln audit --release on the repaired wheel"]
 
 

@@ -37,6 +37,8 @@ def _calls() -> list[tuple[str, str, list[str]]]:
     for where, text in run_scripts():
         for match in KILN_CALL.finditer(text):
             words = shlex.split(match.group(1).replace("\\\n", " "))
+            while words and words[0] == "-C":  # kiln's global option: the project's folder
+                words = words[2:]
             calls.append((where, f"scripts/kiln {words[0]}", words[1:]))
         for match in REPO_SCRIPT.finditer(text):
             if match.group(1) != "scripts/kiln":

@@ -425,12 +425,15 @@ def check(table: Any, project: KilnProject, version: str) -> list[str]:
 
 def repair_command(project: KilnProject) -> str:
     """kiln's repair step for `project`; a backend build's wheel is labelled first (into {dest_dir}/labelled,
-    removed again: cibuildwheel wants exactly one wheel in {dest_dir})."""
-    audit = "kiln audit --release {dest_dir}/*.whl"
+    removed again: cibuildwheel wants exactly one wheel in {dest_dir}). Every kiln run names the project
+    (-C {project}): its [tool.kiln] table decides the label, and which wheels the kiln-wheel definition holds,
+    whatever folder cibuildwheel runs the command in."""
+    kiln = "kiln -C {project}"
+    audit = f"{kiln} audit --release {{dest_dir}}/*.whl"
     if project.build == "backend":
-        return ("kiln label {wheel} -w {dest_dir}/labelled && kiln repair {dest_dir}/labelled/*.whl -w {dest_dir} "
-                f"&& rm -r {{dest_dir}}/labelled && {audit}")
-    return f"kiln repair {{wheel}} -w {{dest_dir}} && {audit}"
+        return (f"{kiln} label {{wheel}} -w {{dest_dir}}/labelled && {kiln} repair {{dest_dir}}/labelled/*.whl "
+                f"-w {{dest_dir}} && rm -r {{dest_dir}}/labelled && {audit}")
+    return f"{kiln} repair {{wheel}} -w {{dest_dir}} && {audit}"
 
 
 def build_selectors(project: KilnProject, matrix: Matrix) -> list[str]:
