@@ -57,8 +57,10 @@ def _workspace(tmp: Path, wheels: list[Path]) -> Path:
     """A checkout as the release job sees it: the repo's scripts, tools, data and [tool.kiln] (pyproject.toml),
     and dist/ of wheels."""
     tmp.mkdir(parents=True)
-    for name in ("scripts", "tools", "data", "pyproject.toml", "VERSION"):
+    for name in ("scripts", "tools", "data"):
         (tmp / name).symlink_to(REPO / name)
+    for name in ("pyproject.toml", "VERSION"):  # copies: kiln refuses a version file that lies outside the project
+        shutil.copy2(REPO / name, tmp / name)
     (tmp / "dist").mkdir()
     for wheel in wheels:
         shutil.copy2(wheel, tmp / "dist" / wheel.name)
