@@ -16,7 +16,6 @@ from pathlib import Path
 from .errors import AuditInputError
 from .torch_abi import RecordedTorch, load_recorded, recorded_versions
 
-REPO = Path(__file__).resolve().parents[3]
 _VERSION_RE = re.compile(r"""^__version__\s*=\s*['"]([^'"]+)['"]""", re.MULTILINE)
 _TORCH_REQ_RE = re.compile(r"^torch\s*(?:\((?P<paren>[^)]*)\)|(?P<bare>[^;]*))", re.IGNORECASE)
 
@@ -77,11 +76,15 @@ SEARCH_ENV = "KILN_AUDIT_TORCH_SEARCH"  # "interpreter": only this interpreter's
 
 
 def candidate_lib_dirs() -> list[Path]:
-    """torch/lib of the running interpreter, then of the repo's venvs (.venv, .venvs/*)."""
+    """torch/lib of the running interpreter, then of the project's venvs (.venv, and the build venvs .venvs/*
+    kiln wheels makes), the project being the one kiln serves (kiln_tool.project.project_dir)."""
+    from ..project import project_dir
+
     roots = [Path(p) for p in sys.path if p.endswith("site-packages")]
     if os.environ.get(SEARCH_ENV) != "interpreter":
-        roots += sorted(REPO.glob(".venv/lib/python*/site-packages"))
-        roots += sorted(REPO.glob(".venvs/*/lib/python*/site-packages"))
+        project = project_dir()
+        roots += sorted(project.glob(".venv/lib/python*/site-packages"))
+        roots += sorted(project.glob(".venvs/*/lib/python*/site-packages"))
     seen: list[Path] = []
     for root in roots:
         lib = (root / "torch" / "lib").resolve() if (root / "torch" / "lib").is_dir() else None

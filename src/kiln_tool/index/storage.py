@@ -34,8 +34,8 @@ from urllib.parse import quote
 from .. import resources
 from .errors import IndexConflictError, IndexInputError, IndexIntegrityError
 
-REPO = Path(__file__).resolve().parents[3]
-DEFAULT_CONFIG = REPO / "data" / "storage.json"
+DEFAULT_CONFIG = Path("data") / "storage.json"
+"""Relative to the project kiln serves (the current directory, or kiln -C DIR): where its wheels live."""
 SCHEMA = resources.data_path("storage.schema.json")
 BACKENDS = ("site", "github-release", "s3")
 _CHUNK = 1 << 20
@@ -100,7 +100,10 @@ def check_config(doc: Any, where: str) -> dict[str, Any]:
 
 
 def load_config(path: Path | None) -> dict[str, Any]:
-    path = path or DEFAULT_CONFIG
+    if path is None:
+        from ..project import project_dir
+
+        path = project_dir() / DEFAULT_CONFIG
     try:
         raw = path.read_bytes()
     except OSError as exc:
