@@ -4,6 +4,7 @@ one line (no traceback), in bounded memory; `kiln repair` before auditwheel ever
 from __future__ import annotations
 
 import json
+import shutil
 import zipfile
 from pathlib import Path
 
@@ -121,3 +122,18 @@ def test_any_unhandled_error_is_one_line_and_exit_2(monkeypatch: pytest.MonkeyPa
     assert "RuntimeError: something that spans lines" in run.stderr
     json_run = kiln("audit", "--json", "x.whl")
     assert json_run.code == 2 and json.loads(json_run.stdout)["ok"] is False
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_kiln_repair_refuses_a_hostile_wheel_of_another_project_too(case: str, tmp_path: Path) -> None:
+    """kiln repair takes other projects' wheels (repaired as they are, with kiln's excludes and floor); their
+    archives pass the same safety rules before auditwheel unpacks anything."""
+    ours = _wheel(case, tmp_path / "dist")
+    foreign = tmp_path / "foreign" / ("other_ops" + ours.name[len("opkiln"):])
+    foreign.parent.mkdir()
+    shutil.copyfile(ours, foreign)
+    run = kiln("repair", foreign, "-w", tmp_path / "repaired")
+    assert run.code == 2, run.stdout + run.stderr
+    assert REASONS[case] in run.stderr
+    assert len(run.stderr.strip().splitlines()) == 1, run.stderr
+    assert not (tmp_path / "repaired").exists()
