@@ -288,7 +288,7 @@ def _mutmut_section(module: Module, max_children: int) -> str:
         "", "[tool.mutmut]",
         'source_paths = ["src"]',
         f"only_mutate = {toml_list(list(module.paths))}",
-        'also_copy = ["data", "scripts", "conftest.py"]',
+        'also_copy = ["data", "scripts", "conftest.py", "VERSION"]',
         f"pytest_add_cli_args_test_selection = {toml_list(list(module.tests))}",
         'pytest_add_cli_args = ["-p", "no:cacheprovider", "-m", "not slow and not gpu"]',
         # Each mutant forks from a server that only collected the tests: no function cache (functools.cache)
@@ -332,6 +332,7 @@ def prepare(module: Module, max_children: int, without: tuple[str, ...] = (), ro
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "_artifacts", ".pytest_cache")
     for folder in ("src", "tests", "data", "scripts"):
         shutil.copytree(REPO / folder, work / folder, ignore=ignore, symlinks=True)
+    shutil.copy2(REPO / "VERSION", work / "VERSION")  # [tool.kiln] version-file: the copy is the configured project
     for test in without:  # a "before" measurement: the tests as they were, without these new files
         (work / test).unlink(missing_ok=True)
     module = Module(module.name, module.paths, tuple(t for t in module.tests if t not in without))

@@ -6,7 +6,8 @@ What kiln needs of a cibuildwheel run, whichever way the project builds (tool.ki
 - no build isolation: isolation installs the newest torch it may, not the one the job builds against;
 - before-build installs exactly the job's torch (`torch==$KILN_TORCH_VERSION` from `$KILN_TORCH_INDEX`), kiln
   itself (torch-kiln at this kiln's version; or kiln run from the project's own tree, `{project}/scripts/kiln`,
-  as opkiln does) and, with `kiln torch-runtime --install`, the CUDA runtime wheels the extension links;
+  for a project that ships kiln itself) and, with `kiln torch-runtime --install`, the CUDA runtime wheels the
+  extension links;
 - the repair command is kiln's and stops at the first failing step: `kiln repair {wheel} -w {dest_dir} && kiln
   audit --release {dest_dir}/*.whl`; a backend build's wheel is first labelled (`kiln label {wheel} -w DIR`:
   version label, torch pin, build info) and DIR's wheel repaired;
