@@ -25,7 +25,7 @@ BUILD_LOCK = resources.requirements_path("build.lock")
 STAMP = ".kiln-stamp"
 # What a backend's build-system requires names that the build venv already has at kiln's choice: the exact
 # torch of the combination, and kiln itself (on PYTHONPATH).
-_PROVIDED = frozenset({"torch", "torch-kiln"})
+_PROVIDED = frozenset({"torch", resources.DISTRIBUTION})
 _REQUIREMENT_NAME = re.compile(r"^\s*([A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)\s*(?:$|[\[<>=!~;@ ])")
 
 

@@ -203,10 +203,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cxx-flags", default="")
     p.add_argument("--cmake-version", default="")
     p.add_argument("--extension-suffix", default="")
-    which = p.add_mutually_exclusive_group(required=True)
-    which.add_argument("--schema-sources", help="the sources whose m.def(...) define the ops (';' or space "
-                                                "separated, relative to --source-dir or absolute)")
-    which.add_argument("--ops", help="an ops/<op>/binding.cpp tree: the op folders the build found")
+    p.add_argument("--schema-sources", required=True, help="the sources whose m.def(...) define the ops (';' or "
+                                                           "space separated, relative to --source-dir or absolute)")
     p.add_argument("--torch-min", default=None, help="stable ABI: the oldest torch the wheel loads on")
     p.add_argument("--cuda", default=None)
     p.add_argument("--nvcc-version", default=None)
@@ -219,11 +217,8 @@ def main(argv: list[str] | None = None) -> int:
     source_dir = args.source_dir.resolve()
     try:
         project = load_project(source_dir)
-        if args.schema_sources is not None:
-            files = [source_dir / f for f in re.split(r"[; ]+", args.schema_sources) if f]
-            ops = op_manifest(files, project.namespace)
-        else:
-            ops = op_manifest(op_bindings(source_dir, args.ops.split()), project.namespace)
+        files = [source_dir / f for f in re.split(r"[; ]+", args.schema_sources) if f]
+        ops = op_manifest(files, project.namespace)
     except (ProjectError, ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

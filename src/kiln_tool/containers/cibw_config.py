@@ -32,11 +32,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .. import resources
+
 if TYPE_CHECKING:
     from ..matrix_data import Matrix
     from ..project import KilnProject
 
-DISTRIBUTION = "torch-kiln"
+DISTRIBUTION = resources.DISTRIBUTION
 KILN_PASSED: dict[str, str] = {
     "KILN_TORCH_VERSION": "the torch the job builds against",
     "KILN_TORCH_INDEX": "where that torch comes from",
