@@ -120,11 +120,21 @@ def _auditwheel(wheel: Path, out_dir: Path, plat: str, epoch: str) -> Path:
     # A fixed umask: auditwheel records the modes of the folders it unpacks into.
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, umask=0o022)
     if proc.returncode != 0:
-        raise RepairError(f"auditwheel repair --plat {plat} failed for {wheel.name}:\n{proc.stderr.strip()}")
+        raise RepairError(f"auditwheel repair --plat {plat} cannot repair {wheel.name}: {_cause(proc.stderr)}")
     produced = sorted(out_dir.glob("*.whl"))
     if len(produced) != 1:
         raise RepairError(f"auditwheel produced {len(produced)} wheels for {wheel.name}, expected exactly one")
     return produced[0]
+
+
+def _cause(stderr: str) -> str:
+    """auditwheel's own reason, in one line: the last line it wrote (its exception's message, or its error
+    line), less the logging and traceback before it."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    last = lines[-1] if lines else "(it said nothing)"
+    for prefix in ("ValueError: ", "RuntimeError: ", "auditwheel: error: ", "ERROR:"):
+        last = last.removeprefix(prefix)
+    return " ".join(last.split())[:400]
 
 
 def repair_wheel(wheel: Path, dest_dir: Path, epoch: str | None = None) -> Path:

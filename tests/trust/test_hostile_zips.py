@@ -137,3 +137,26 @@ def test_kiln_repair_refuses_a_hostile_wheel_of_another_project_too(case: str, t
     assert REASONS[case] in run.stderr
     assert len(run.stderr.strip().splitlines()) == 1, run.stderr
     assert not (tmp_path / "repaired").exists()
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc is needed")
+def test_kiln_repair_says_in_one_line_why_auditwheel_cannot_repair_a_foreign_wheel(tmp_path: Path) -> None:
+    """Another project's wheel whose library needs one that neither the wheel nor this machine has (as
+    torchcodec's needs FFmpeg's): exit 1 and auditwheel's reason in one line, not its log and traceback."""
+    import subprocess
+
+    from audit.audit_corpus import make_wheel as make_foreign_wheel
+
+    (tmp_path / "missing.c").write_text("int kiln_missing(void) { return 1; }\n")
+    (tmp_path / "needs.c").write_text("int kiln_missing(void);\nint kiln_needs(void) { return kiln_missing(); }\n")
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", "libkilnmissing.so", "missing.c"], cwd=tmp_path, check=True)
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", "libneeds.so", "needs.c", "-L.", "-lkilnmissing"],
+                   cwd=tmp_path, check=True)
+    (tmp_path / "dist").mkdir()
+    wheel = make_foreign_wheel(tmp_path / "dist", {"other_ops/libneeds.so": (tmp_path / "libneeds.so").read_bytes()},
+                               name="other_ops", tag="cp311-cp311-linux_x86_64")
+    run = kiln("repair", wheel, "-w", tmp_path / "repaired")
+    assert run.code == 1, run.stdout + run.stderr
+    assert run.stderr.count("\n") == 1 and "Traceback" not in run.stderr, run.stderr
+    assert 'libkilnmissing.so" could not be located' in run.stderr, run.stderr
+    assert not (tmp_path / "repaired").exists() or not any((tmp_path / "repaired").iterdir())
