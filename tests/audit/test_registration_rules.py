@@ -210,22 +210,22 @@ def test_a_stable_abi_namespace_defined_twice_is_found(tmp_path: Path) -> None:
                                    "kilnstable/liba.so, kilnstable/libb.so;"), check.detail
 
 
-def _fragment(uid: int) -> str:
+def _fragment(uid: int, macro: str) -> str:
     return f"""
 extern "C" void aoti_torch_library_init_fragment(void (*fn)(void*), const char* ns);
-static void STABLE_TORCH_LIBRARY_FRAGMENT_init_kilnfrag_{uid}(void*) {{}}
-struct KilnInit {{ KilnInit() {{ aoti_torch_library_init_fragment(&STABLE_TORCH_LIBRARY_FRAGMENT_init_kilnfrag_{uid},
-                                                                   "kilnfrag"); }} }};
+static void {macro}_init_kilnfrag_{uid}(void*) {{}}
+struct KilnInit {{ KilnInit() {{ aoti_torch_library_init_fragment(&{macro}_init_kilnfrag_{uid}, "kilnfrag"); }} }};
 static KilnInit kiln_init;
 """
 
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is needed")
-def test_a_namespace_registered_by_fragments_alone_is_registered(tmp_path: Path) -> None:
+@pytest.mark.parametrize("macro", ["TORCH_LIBRARY_FRAGMENT", "STABLE_TORCH_LIBRARY_FRAGMENT"])
+def test_a_namespace_registered_by_fragments_alone_is_registered(tmp_path: Path, macro: str) -> None:
     """Two libraries, each a TORCH_LIBRARY_FRAGMENT of one namespace (as a setup.py project loads them with
     torch.ops.load_library): the build info's ops are registered, and the namespace is named with both."""
-    liba = _gxx(tmp_path, "liba.so", _fragment(0)).read_bytes()
-    libb = _gxx(tmp_path, "libb.so", _fragment(1)).read_bytes()
+    liba = _gxx(tmp_path, "liba.so", _fragment(0, macro)).read_bytes()
+    libb = _gxx(tmp_path, "libb.so", _fragment(1, macro)).read_bytes()
     wheel = make_wheel(tmp_path, {"kilnfrag/liba.so": liba, "kilnfrag/libb.so": libb},
                        build_info={"ops": ["kilnfrag::axpy", "kilnfrag::prefix_sum"]})
     check = _wheel_check(wheel)
