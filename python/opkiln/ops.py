@@ -29,13 +29,13 @@ Errors have the same type and message in both ABI modes: RuntimeError (shapes,
 dtypes, devices), ValueError (a bad value), NotImplementedError (quantized).
 """
 
-from __future__ import annotations
-
 from collections.abc import Callable
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar, Union, cast
 
 import torch
+import torch.fx
 from torch import Tensor, nn
+from torch.jit.annotations import BroadcastingList2
 
 __all__ = ["RoIAlign", "RoIPool", "batched_nms", "nms", "rms_norm", "roi_align", "roi_pool", "weighted_sum"]
 
@@ -362,8 +362,9 @@ def _boxes_to_rois(boxes: list[Tensor]) -> Tensor:
     return torch.cat([ids, concat], dim=1)
 
 
-def roi_align(input: Tensor, boxes: Tensor | list[Tensor],
-              output_size: int | list[int] | tuple[int, int], spatial_scale: float = 1.0,
+@torch.fx.wrap
+def roi_align(input: Tensor, boxes: Union[Tensor, list[Tensor]],  # noqa: UP007 (torchvision's annotation)
+              output_size: BroadcastingList2[int], spatial_scale: float = 1.0,
               sampling_ratio: int = -1, aligned: bool = False) -> Tensor:
     """RoIAlign: ``torchvision.ops.roi_align(input, boxes, output_size, spatial_scale, sampling_ratio, aligned)``.
 
@@ -398,15 +399,15 @@ def roi_align(input: Tensor, boxes: Tensor | list[Tensor],
 class RoIAlign(nn.Module):
     """``torchvision.ops.RoIAlign``: :func:`roi_align` with its parameters fixed at construction."""
 
-    def __init__(self, output_size: int | list[int] | tuple[int, int], spatial_scale: float, sampling_ratio: int,
-                 aligned: bool = False) -> None:
+    def __init__(self, output_size: BroadcastingList2[int], spatial_scale: float,
+                 sampling_ratio: int, aligned: bool = False):
         super().__init__()
         self.output_size = output_size
         self.spatial_scale = spatial_scale
         self.sampling_ratio = sampling_ratio
         self.aligned = aligned
 
-    def forward(self, input: Tensor, rois: Tensor | list[Tensor]) -> Tensor:
+    def forward(self, input: Tensor, rois: Union[Tensor, list[Tensor]]) -> Tensor:  # noqa: UP007
         return roi_align(input, rois, self.output_size, self.spatial_scale, self.sampling_ratio, self.aligned)
 
     def __repr__(self) -> str:
@@ -477,8 +478,9 @@ torch.library.register_autograd(
 # ---------------------------------------------------------------------------- roi_pool
 
 
-def roi_pool(input: Tensor, boxes: Tensor | list[Tensor], output_size: int | list[int] | tuple[int, int],
-             spatial_scale: float = 1.0) -> Tensor:
+@torch.fx.wrap
+def roi_pool(input: Tensor, boxes: Union[Tensor, list[Tensor]],  # noqa: UP007 (torchvision's annotation)
+             output_size: BroadcastingList2[int], spatial_scale: float = 1.0) -> Tensor:
     """RoIPool: ``torchvision.ops.roi_pool(input, boxes, output_size, spatial_scale)``.
 
     ``input`` is ``[N, C, H, W]``; ``boxes`` a ``[K, 5]`` tensor of rows ``(batch index, x1, y1,
@@ -504,12 +506,12 @@ def roi_pool(input: Tensor, boxes: Tensor | list[Tensor], output_size: int | lis
 class RoIPool(nn.Module):
     """``torchvision.ops.RoIPool``: :func:`roi_pool` with its parameters fixed at construction."""
 
-    def __init__(self, output_size: int | list[int] | tuple[int, int], spatial_scale: float) -> None:
+    def __init__(self, output_size: BroadcastingList2[int], spatial_scale: float):
         super().__init__()
         self.output_size = output_size
         self.spatial_scale = spatial_scale
 
-    def forward(self, input: Tensor, rois: Tensor | list[Tensor]) -> Tensor:
+    def forward(self, input: Tensor, rois: Union[Tensor, list[Tensor]]) -> Tensor:  # noqa: UP007
         return roi_pool(input, rois, self.output_size, self.spatial_scale)
 
     def __repr__(self) -> str:

@@ -58,16 +58,54 @@ def test_signatures_are_torchvisions() -> None:
     assert opkiln.roi_align is ops.roi_align and opkiln.RoIAlign is ops.RoIAlign
 
 
+# The drop-ins: each function and class as torchvision.ops names it.
+_DROP_IN_FUNCTIONS = ("nms", "batched_nms", "roi_align", "roi_pool")
+_DROP_IN_CLASSES = ("RoIAlign", "RoIPool")
+
+
 def test_signatures_equal_the_installed_torchvisions() -> None:
+    """The whole signature: names, defaults, kinds and annotations (torchvision's evaluated ones)."""
     tv_ops = _tv()
+    for name in _DROP_IN_FUNCTIONS:
+        assert inspect.signature(getattr(ops, name)) == inspect.signature(getattr(tv_ops, name)), name
+    for name in _DROP_IN_CLASSES:
+        for method in ("__init__", "forward"):
+            ours, theirs = getattr(getattr(ops, name), method), getattr(getattr(tv_ops, name), method)
+            assert inspect.signature(ours) == inspect.signature(theirs), f"{name}.{method}"
 
-    def params(f: Callable[..., Any]) -> list[tuple[str, Any, Any]]:
-        return [(p.name, p.default, p.kind) for p in inspect.signature(f).parameters.values()]
 
-    for name in ("nms", "batched_nms", "roi_align"):
-        assert params(getattr(ops, name)) == params(getattr(tv_ops, name)), name
-    assert params(ops.RoIAlign.__init__) == params(tv_ops.RoIAlign.__init__)
-    assert params(ops.RoIAlign.forward) == params(tv_ops.RoIAlign.forward)
+def _drop_in_modules() -> dict[str, torch.nn.Module]:
+    """Each drop-in class by the name of the function it calls."""
+    return {"roi_align": ops.RoIAlign((5, 5), 1.0, -1), "roi_pool": ops.RoIPool((5, 5), 1.0)}
+
+
+@pytest.mark.parametrize("function", list(_drop_in_modules()))
+def test_fx_traces_a_drop_in_class_to_one_call(function: str) -> None:
+    """torchvision wraps its functional ops with torch.fx.wrap: a symbolic trace is one leaf call."""
+    module = _drop_in_modules()[function]
+    traced = torch.fx.symbolic_trace(module)
+    calls = [n for n in traced.graph.nodes if n.op not in ("placeholder", "output")]
+    assert len(calls) == 1 and calls[0].op == "call_function", traced.graph
+    assert calls[0].target is getattr(ops, function)
+    x = torch.randn(2, 8, 10, 12, generator=torch.Generator().manual_seed(0))
+    torch.testing.assert_close(traced(x, _ROIS), module(x, _ROIS), rtol=0, atol=0)
+
+
+def test_fx_feature_extraction_names_the_drop_in_calls() -> None:
+    _tv()
+    from torchvision.models.feature_extraction import get_graph_node_names
+
+    class Head(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.pools = torch.nn.ModuleList(_drop_in_modules().values())
+
+        def forward(self, x: torch.Tensor, rois: torch.Tensor) -> list[torch.Tensor]:
+            return [pool(x, rois) for pool in self.pools]
+
+    train, evaluation = get_graph_node_names(Head())
+    assert train == evaluation
+    assert {f"pools.{i}.{name}" for i, name in enumerate(_drop_in_modules())} <= set(train), train
 
 
 def test_roi_align_input_forms() -> None:
