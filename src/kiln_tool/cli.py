@@ -34,6 +34,7 @@ COMMANDS: dict[str, str] = {
     "release": "release",
     "release-rehearsal": "release_rehearsal",
     "venv": "venv",
+    "guard": "guard",
 }
 
 

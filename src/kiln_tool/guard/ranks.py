@@ -1,0 +1,548 @@
+"""Every rank of a distributed job agrees on the op package before training (kiln's distributed check).
+
+Each rank answers what it has: the package present, importable (else the import error's first line), its
+build (version and a sha256 of its compiled libraries), torch and CUDA, the GPU's arch against the wheel's
+SASS/PTX, and whether every op the build declares is registered. The answers meet in the job's TCPStore
+(the one torchrun's agent or ``init_process_group`` holds, else one on MASTER_ADDR:MASTER_PORT), with a
+deadline: a rank that never answers ends the check on every other rank with a timeout naming it. Every rank
+then reads every answer and reaches the same verdict: all agree, or every rank fails with one table naming
+each rank that differs and its fix.
+
+Three ways to run it (docs/distributed-check.md):
+
+    torchrun ... -m <package>._kiln.ranks [--timeout S]      shipped in every kiln-built package
+    check_ranks("<package>", timeout=S)                       from a training script, before its first step
+    torchrun ... kiln_ranks.py [--timeout S]                  a copy beside the job's script, for ranks that
+                                                             may lack the package (kiln guard ranks-script)
+
+Self-contained: the standard library and torch only (torch imported when the check runs), so the same file
+works inside a package, as a standalone script, and in kiln's source tree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import contextlib
+import csv
+import hashlib
+import importlib
+import importlib.util
+import json
+import os
+import re
+import socket
+import sys
+import time
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+PACKAGE: str | None = None
+"""The package this copy checks when run as a script (``kiln guard ranks-script`` sets it); inside a package
+(``<package>._kiln.ranks``) the package is the one it lies in."""
+
+DEFAULT_TIMEOUT_S = 120.0
+PROTOCOL = 1
+_LIBRARY_RE = re.compile(r"\.(so(\.[0-9]+)*|pyd|dylib)$")
+_ARCH_RE = re.compile(r"^(?:sm_|compute_)?(\d+)\.?(\d)([af]?)(\+PTX)?$", re.IGNORECASE)
+_calls = 0
+
+
+class RanksError(RuntimeError):
+    """The ranks of the job do not agree, or not all of them answered: raised on every rank."""
+
+    def __init__(self, message: str, answers: Sequence[Mapping[str, Any] | None] = ()) -> None:
+        super().__init__(message)
+        self.answers = list(answers)
+
+
+class RanksTimeout(RanksError):
+    """Some ranks never answered before the deadline (``missing`` names them)."""
+
+    def __init__(self, message: str, missing: Sequence[int], answers: Sequence[Mapping[str, Any] | None] = ()):
+        super().__init__(message, answers)
+        self.missing = list(missing)
+
+
+# --- what one rank has -----------------------------------------------------------------------------------------
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    line = f"{type(exc).__name__}: {text[0].strip()}" if text else type(exc).__name__
+    return line if len(line) <= 300 else line[:297] + "..."
+
+
+def _package_dir(package: str) -> Path | None:
+    """The folder of ``package`` on this rank's path, found without importing it (a dotted package imports
+    its parents only); None when it is not installed."""
+    try:
+        spec = importlib.util.find_spec(package)
+    except (ImportError, ValueError):
+        return None
+    if spec is None:
+        return None
+    if spec.submodule_search_locations:
+        return Path(next(iter(spec.submodule_search_locations)))
+    return Path(spec.origin).parent if spec.origin else None
+
+
+def _hex_of_record_hash(value: str) -> str | None:
+    algo, _, digest = value.partition("=")
+    if algo != "sha256" or not digest:
+        return None
+    try:
+        return base64.urlsafe_b64decode(digest + "=" * (-len(digest) % 4)).hex()
+    except ValueError:
+        return None
+
+
+def _identity(entries: Mapping[str, str]) -> str | None:
+    """sha256 over the sorted ``path sha256`` lines of the compiled libraries: the same whether the hashes came
+    from RECORD or from the files."""
+    if not entries:
+        return None
+    text = "".join(f"{path} {digest}\n" for path, digest in sorted(entries.items()))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def build_identity(package: str, package_dir: Path, project: str | None = None) -> tuple[str | None, str]:
+    """(sha256 of the package's compiled libraries, where it came from: "RECORD" or "files").
+
+    From the RECORD of the installed distribution that owns the package, where there is one (pip checked
+    those hashes when it installed the wheel, so nothing is read but RECORD); else every library file under
+    the package (and its auditwheel ``.libs`` folder) is hashed."""
+    root = package_dir.parents[package.count(".")]
+    top = package.split(".")[0]
+    owned = (f"{package.replace('.', '/')}/",)
+    libs_dirs = {f"{top}.libs/"} | ({f"{project.replace('-', '_')}.libs/"} if project else set())
+    records = sorted(root.glob("*.dist-info/RECORD"))
+    if project:
+        wanted = re.sub(r"[-_.]+", "_", project).lower()
+        records.sort(key=lambda r: r.parent.name.split("-")[0].lower() != wanted)
+    for record in records:
+        try:
+            rows = list(csv.reader(record.read_text(encoding="utf-8").splitlines()))
+        except (OSError, UnicodeDecodeError, csv.Error):
+            continue
+        if not any(row and row[0].startswith(owned) for row in rows):
+            continue
+        entries: dict[str, str] = {}
+        for row in rows:
+            if len(row) >= 2 and row[0].startswith((*owned, *libs_dirs)) and _LIBRARY_RE.search(row[0]):
+                digest = _hex_of_record_hash(row[1])
+                if digest is not None:
+                    entries[row[0]] = digest
+        if entries:
+            return _identity(entries), "RECORD"
+    entries = {}
+    for folder in (package_dir, *(root / d.rstrip("/") for d in libs_dirs)):
+        if not folder.is_dir():
+            continue
+        for path in folder.rglob("*"):
+            if path.is_file() and _LIBRARY_RE.search(path.name):
+                entries[path.relative_to(root).as_posix()] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return _identity(entries), "files"
+
+
+def _arch_runs(arch: str, major: int, minor: int) -> bool:
+    """Whether code built for ``arch`` (a kiln cuda_archs entry: "9.0", "8.6+PTX", "9.0a", "sm_90") runs on a
+    GPU of compute capability major.minor: SASS on the same major at an equal or lower minor ("a" builds: that
+    exact arch only), or PTX of an equal or lower arch."""
+    match = _ARCH_RE.match(arch.strip())
+    if match is None:
+        return False
+    a_major, a_minor, suffix, ptx = int(match[1]), int(match[2]), match[3].lower(), bool(match[4])
+    if suffix == "a":
+        return (a_major, a_minor) == (major, minor)
+    if a_major == major and a_minor <= minor:
+        return True
+    return ptx and (a_major, a_minor) <= (major, minor)
+
+
+def _gpu(info: Mapping[str, Any], local_rank: int) -> tuple[str | None, bool | None, str | None]:
+    """(this rank's GPU as "sm_90 NVIDIA H200", whether the wheel has code it runs, the problem) — Nones
+    where there is no GPU or the build has no CUDA kernels."""
+    import torch
+
+    try:
+        if not torch.cuda.is_available():
+            return None, None, None
+        device = local_rank % max(torch.cuda.device_count(), 1)
+        major, minor = torch.cuda.get_device_capability(device)
+        name = f"sm_{major}{minor} {torch.cuda.get_device_name(device)}"
+    except Exception as exc:  # a broken driver is an answer too
+        return None, False, f"the GPU cannot be queried: {_first_line(exc)}"
+    archs = [str(a) for a in info.get("cuda_archs") or []]
+    if not info.get("cuda") or not archs:
+        return name, None, None
+    if any(_arch_runs(a, major, minor) for a in archs):
+        return name, True, None
+    return name, False, f"no code for sm_{major}{minor} in this build (it has {', '.join(archs)})"
+
+
+def _registered(op: str) -> bool:
+    import torch
+
+    namespace, _, name = op.partition("::")
+    name = name.split(".")[0]
+    try:
+        getattr(getattr(torch.ops, namespace), name)
+    except (AttributeError, RuntimeError):
+        return False
+    return True
+
+
+def local_answer(package: str, rank: int = 0, local_rank: int = 0) -> dict[str, Any]:
+    """What this rank has. Never raises: whatever fails becomes part of the answer."""
+    answer: dict[str, Any] = {
+        "protocol": PROTOCOL, "rank": rank, "host": socket.gethostname(), "package": package,
+        "python": ".".join(map(str, sys.version_info[:3])), "torch": None, "cuda": None, "present": False,
+        "location": None, "project": None, "version": None, "build": None, "build_from": None,
+        "built_torch": None, "cuda_tag": None, "index_url": None, "import_error": None, "ops": 0,
+        "ops_missing": [], "gpu": None, "gpu_ok": None, "gpu_problem": None, "error": None,
+    }
+    try:
+        import torch
+
+        answer["torch"] = str(torch.__version__)
+        answer["cuda"] = torch.version.cuda
+        package_dir = _package_dir(package)
+        if package_dir is None:
+            return answer
+        answer["present"] = True
+        answer["location"] = str(package_dir)
+        info: dict[str, Any] = {}
+        try:
+            loaded = json.loads((package_dir / "_build_info.json").read_text())
+            info = loaded if isinstance(loaded, dict) else {}
+        except (OSError, ValueError):
+            pass
+        answer.update(project=info.get("project") or package, built_torch=info.get("torch_version"),
+                      cuda_tag=info.get("cuda_tag"), index_url=info.get("index_url"))
+        answer["version"] = info.get("version")
+        if answer["version"] is None:
+            from importlib.metadata import PackageNotFoundError, version
+
+            with contextlib.suppress(PackageNotFoundError, ValueError):
+                answer["version"] = version(str(answer["project"]))
+        answer["build"], answer["build_from"] = build_identity(package, package_dir, answer["project"])
+        try:
+            importlib.import_module(package)
+        except BaseException as exc:  # SystemExit or worse from a package's import is an answer, not an end
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            answer["import_error"] = _first_line(exc)
+        ops = [str(op) for op in info.get("ops") or []]
+        answer["ops"] = len(ops)
+        if answer["import_error"] is None:
+            answer["ops_missing"] = [op for op in ops if not _registered(op)]
+        answer["gpu"], answer["gpu_ok"], answer["gpu_problem"] = _gpu(info, local_rank)
+    except Exception as exc:
+        answer["error"] = _first_line(exc)
+    return answer
+
+
+# --- the verdict (the same on every rank: it reads the same answers) -----------------------------------------
+
+def _short(build: str | None) -> str:
+    return build[:12] if build else "-"
+
+
+def _torch_fix(version: str) -> str:
+    public, _, local = version.partition("+")
+    index = f" --index-url https://download.pytorch.org/whl/{local}" if local else ""
+    return f"pip install torch=={public}{index}"
+
+
+def _package_fix(ref: Mapping[str, Any] | None, package: str) -> str:
+    if ref is None or not ref.get("version"):
+        return f"pip install {package}"
+    project = ref.get("project") or package
+    base = (os.environ.get(f"{re.sub(r'[^A-Za-z0-9]', '_', package).upper()}_INDEX_URL", "").strip()
+            or str(ref.get("index_url") or "")).rstrip("/")
+    built = str(ref.get("built_torch") or ref.get("torch") or "")
+    minor = ".".join(built.split("+")[0].split(".")[:2])
+    page = f" -f {base}/{ref.get('cuda_tag') or 'cpu'}/torch{minor}/index.html" if base and minor else ""
+    return f"pip uninstall -y {project} && pip install {project}=={ref['version']}{page}"
+
+
+def healthy(answer: Mapping[str, Any]) -> bool:
+    return bool(answer.get("present")) and not answer.get("error") and answer.get("import_error") is None \
+        and not answer.get("ops_missing") and answer.get("gpu_ok") is not False
+
+
+def _key(answer: Mapping[str, Any]) -> tuple[Any, ...]:
+    return answer.get("version"), answer.get("build"), answer.get("torch"), answer.get("cuda")
+
+
+def reference_rank(answers: Sequence[Mapping[str, Any]]) -> int | None:
+    """The rank the others are measured against: among the healthy ranks, one holding the most common
+    (version, build, torch, CUDA), the lowest such rank on a tie; None when no rank is healthy."""
+    good = [a for a in answers if healthy(a)]
+    if not good:
+        return None
+    counts = Counter(_key(a) for a in good)
+    best = max(counts.values())
+    return min(int(a["rank"]) for a in good if counts[_key(a)] == best)
+
+
+def problems(answer: Mapping[str, Any], ref: Mapping[str, Any] | None, torch_ref: str | None,
+             package: str) -> list[tuple[str, str]]:
+    """(problem, fix) of one rank against the reference answer, in the order to fix them."""
+    found: list[tuple[str, str]] = []
+    fix_package = _package_fix(ref, package)
+    if answer.get("error"):
+        found.append((f"the check failed on this rank: {answer['error']}", "see this rank's log"))
+    if torch_ref and answer.get("torch") != torch_ref:
+        found.append((f"torch {answer.get('torch')}, not {torch_ref}", _torch_fix(torch_ref)))
+    if not answer.get("present"):
+        found.append((f"{package} is not installed", fix_package))
+        return found
+    if answer.get("import_error") is not None:
+        found.append((f"import {package} fails: {answer['import_error']}", fix_package))
+    if ref is not None and (answer.get("version"), answer.get("build")) != (ref.get("version"), ref.get("build")):
+        found.append((f"another build: {answer.get('version')} {_short(answer.get('build'))}, not "
+                      f"{ref.get('version')} {_short(ref.get('build'))}", fix_package))
+    missing = list(answer.get("ops_missing") or [])
+    if missing:
+        shown = ", ".join(missing[:4]) + (f" and {len(missing) - 4} more" if len(missing) > 4 else "")
+        found.append((f"{len(missing)} of {answer.get('ops')} declared ops not registered: {shown}", fix_package))
+    if answer.get("gpu_ok") is False:
+        found.append((str(answer.get("gpu_problem")), f"install a {package} build with code for this GPU"))
+    return found
+
+
+def _ranges(ranks: Sequence[int]) -> str:
+    out: list[str] = []
+    for r in sorted(ranks):
+        if out and out[-1].split("-")[-1] == str(r - 1):
+            out[-1] = f"{out[-1].split('-')[0]}-{r}"
+        else:
+            out.append(str(r))
+    return ",".join(out)
+
+
+def verdict(answers: Sequence[Mapping[str, Any]], package: str) -> tuple[bool, str]:
+    """(all ranks agree, the report): one summary line when they do, else a table of the reference rank and
+    every rank that differs, each with its problems and their fixes."""
+    ranks = sorted(answers, key=lambda a: int(a["rank"]))
+    ref_rank = reference_rank(ranks)
+    ref = next((a for a in ranks if a["rank"] == ref_rank), None)
+    torch_ref = ref.get("torch") if ref is not None else \
+        Counter(a.get("torch") for a in ranks).most_common(1)[0][0]
+    rows = [(a, problems(a, ref, torch_ref, package)) for a in ranks]
+    bad = [(a, p) for a, p in rows if p]
+    n = len(ranks)
+    if not bad and ref is not None:
+        gpu = sorted({str(a["gpu"]) for a in ranks if a.get("gpu")})
+        return True, (f"{package}: all {n} rank{'s' * (n != 1)} agree: {package} {ref.get('version')} "
+                      f"(build {_short(ref.get('build'))}), torch {ref.get('torch')}, "
+                      f"CUDA {ref.get('cuda') or '-'}, {ref.get('ops')} ops registered, "
+                      f"GPU {', '.join(gpu) or 'none'}")
+    if ref is not None:
+        head = (f"{package}: {len(bad)} of {n} ranks differ from rank {ref_rank} ({package} {ref.get('version')}, "
+                f"build {_short(ref.get('build'))}, torch {ref.get('torch')}); fix each rank below, then rerun")
+    else:
+        head = f"{package}: no rank of {n} has a working {package}; fix each rank below, then rerun"
+    table = [("rank", "host", package, "build", "torch", "CUDA", "GPU", "problem / fix")]
+    shown: list[tuple[Mapping[str, Any], list[tuple[str, str]]]] = ([(ref, [])] if ref is not None else []) + bad
+    lines: list[list[str]] = []
+    for a, found in sorted(shown, key=lambda row: int(row[0]["rank"])):
+        cells = (str(a["rank"]), str(a.get("host") or "-"), str(a.get("version") or "-") if a.get("present")
+                 else "-", _short(a.get("build")), str(a.get("torch") or "-"), str(a.get("cuda") or "-"),
+                 str(a.get("gpu") or "-").split(" ")[0])
+        notes = ["ok (the reference)"] if not found else []
+        for problem, fix in found:
+            notes.append(problem)
+            notes.append(f"  fix: {fix}")
+        lines.append([*cells, notes[0]])
+        lines.extend(["", "", "", "", "", "", "", note] for note in notes[1:])
+    widths = [max(len(row[i]) for row in [list(table[0]), *lines]) for i in range(7)]
+
+    def fmt(row: Sequence[str]) -> str:
+        return "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:7])) + "  " + row[7]
+
+    agree = [int(a["rank"]) for a, p in rows if not p]
+    tail = [f"agree with rank {ref_rank}: ranks {_ranges(agree)}"] if ref is not None else []
+    return False, "\n".join([head, fmt(table[0]), *(fmt(r).rstrip() for r in lines), *tail])
+
+
+# --- gathering over the job's store ---------------------------------------------------------------------------
+
+def _job() -> tuple[int, int, int]:
+    """(rank, world size, local rank) from torchrun's environment; a lone process is rank 0 of 1."""
+    try:
+        return (int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1")),
+                int(os.environ.get("LOCAL_RANK", "0")))
+    except ValueError as exc:
+        raise RanksError(f"RANK, WORLD_SIZE or LOCAL_RANK is not a number: {exc}") from None
+
+
+def _store(rank: int, world: int, timeout: timedelta) -> tuple[Any, bool]:
+    """(the store the ranks meet in, whether this process serves it): the default process group's when one
+    is initialized, torchrun's agent store when it offers one, else a TCPStore on MASTER_ADDR:MASTER_PORT
+    served by rank 0."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        default = getattr(dist.distributed_c10d, "_get_default_store", None)
+        if default is not None:
+            return default(), False
+    addr, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")
+    if not addr or not port:
+        raise RanksError(f"WORLD_SIZE is {world} but MASTER_ADDR/MASTER_PORT are not set: run it under torchrun")
+    agent = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+    serve = rank == 0 and not agent
+    try:
+        store = dist.TCPStore(  # type: ignore[attr-defined]
+            addr, int(port), world, serve, timeout=timeout, wait_for_workers=False)
+    except Exception as exc:
+        raise RanksError(f"cannot reach the job's store at {addr}:{port} within {timeout.total_seconds():g} s: "
+                         f"{_first_line(exc)}") from None
+    return store, serve
+
+
+def _wait_all(store: Any, keys: list[str], timeout_key: str, deadline: float) -> list[int]:
+    """Wait until every key is set ([] then), or until the deadline or another rank's timeout (the ranks
+    whose key is missing then, which this rank also publishes under timeout_key for the others)."""
+    try:
+        while True:
+            if store.check(keys):
+                return []
+            if store.check([timeout_key]):
+                missing: list[int] = json.loads(store.get(timeout_key))
+                return missing
+            if time.monotonic() >= deadline:
+                missing = [r for r, key in enumerate(keys) if not store.check([key])]
+                if missing:
+                    store.set(timeout_key, json.dumps(missing))
+                return missing
+            time.sleep(0.05)
+    except RanksError:
+        raise
+    except Exception as exc:
+        raise RanksError(f"lost the job's store while waiting for the other ranks: {_first_line(exc)}") from None
+
+
+def _linger(store: Any, keys: list[str], seconds: float) -> None:
+    """Wait up to ``seconds`` for ``keys`` (what the ranks reading this process's store set when done)."""
+    end = time.monotonic() + seconds
+    with contextlib.suppress(Exception):  # a rank gone already cannot be waited for
+        while time.monotonic() < end and not store.check(keys):
+            time.sleep(0.02)
+
+
+def gather(package: str, timeout: float = DEFAULT_TIMEOUT_S) -> list[dict[str, Any]]:
+    """Every rank's answer, in rank order, on every rank; RanksTimeout (on every rank that answered) when some
+    rank has not answered ``timeout`` seconds after this one did."""
+    global _calls
+    rank, world, local_rank = _job()
+    answer = local_answer(package, rank, local_rank)
+    if world <= 1:
+        return [answer]
+    deadline = time.monotonic() + timeout
+    _calls += 1
+    prefix = f"kiln-ranks/{package}/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/{_calls}/"
+    store, serve = _store(rank, world, timedelta(seconds=timeout))
+    try:
+        keys = [f"{prefix}answer/{r}" for r in range(world)]
+        store.set(keys[rank], json.dumps(answer))
+        missing = _wait_all(store, keys, f"{prefix}timeout", deadline)
+        if missing:
+            answered = [r for r in range(world) if r not in missing]
+            if serve:  # the others read the timeout from this process's store: stay until they have
+                _linger(store, [f"{prefix}seen/{r}" for r in answered], 3.0)
+            else:
+                store.set(f"{prefix}seen/{rank}", "1")
+            raise RanksTimeout(
+                f"{package}: rank{'s' * (len(missing) > 1)} {_ranges(missing)} of {world} never answered "
+                f"within {timeout:g} s (answered: {_ranges(answered)}). A rank that never starts the check "
+                f"(crashed, hung, or launched without it: `-m {package}._kiln.ranks` needs {package} "
+                f"installed; `kiln guard ranks-script` writes a copy that does not) stops the job here: "
+                f"see {'its' if len(missing) == 1 else 'their'} log", missing)
+        answers = [json.loads(store.get(key)) for key in keys]
+        store.set(f"{prefix}done/{rank}", "1")
+        if serve:  # the others read from this process's store: stay until they have
+            _linger(store, [f"{prefix}done/{r}" for r in range(world)], 10.0)
+        return answers
+    finally:
+        del store
+
+
+def check_ranks(package: str, timeout: float = DEFAULT_TIMEOUT_S) -> str:
+    """Check that every rank of this job has the same working build of ``package`` with the same torch; call it
+    on every rank before the first step. Returns the one-line summary; raises RanksError on every rank (its
+    message: the table) when they differ, RanksTimeout when some rank never answered within ``timeout``."""
+    started = time.monotonic()
+    answers = gather(package, timeout)
+    ok, report = verdict(answers, package)
+    if not ok:
+        raise RanksError(report, answers)
+    return f"{report} ({time.monotonic() - started:.2f} s)"
+
+
+# --- the command line ------------------------------------------------------------------------------------------
+
+def main(package: str | None = None, argv: Sequence[str] | None = None) -> int:
+    """``torchrun ... -m <package>._kiln.ranks``: exit 0 when every rank agrees (rank 0 prints one line), 1 on
+    every rank when they differ (the table, once per host) or some rank never answered, 2 on bad usage."""
+    prog = f"python -m {package}._kiln.ranks" if package else "kiln_ranks.py"
+    parser = argparse.ArgumentParser(prog=prog, description="check that every rank of this torchrun job has the "
+                                     "same working build of the package and the same torch")
+    if package is None:
+        parser.add_argument("package", help="the import name of the package to check")
+    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
+                        help=f"how long to wait for the other ranks (default {DEFAULT_TIMEOUT_S:g})")
+    parser.add_argument("--json", dest="json_path", type=Path, default=None, metavar="FILE",
+                        help="rank 0 also writes every answer and the verdict here (JSON)")
+    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    package = package or args.package
+    if not package or not all(part.isidentifier() for part in package.split(".")):
+        print(f"{prog}: {package!r} is not a package name", file=sys.stderr)
+        return 2
+    if not args.timeout > 0:
+        print(f"{prog}: --timeout must be a positive number of seconds", file=sys.stderr)
+        return 2
+    try:
+        rank, _, local_rank = _job()
+    except RanksError as exc:
+        print(f"kiln ranks: {exc}", file=sys.stderr)
+        return 2
+    started = time.monotonic()
+    try:
+        answers = gather(package, args.timeout)
+    except RanksTimeout as exc:
+        print(f"kiln ranks: rank {rank}: {exc}", file=sys.stderr)
+        return 1
+    except RanksError as exc:
+        print(f"kiln ranks: rank {rank}: {exc}", file=sys.stderr)
+        return 1
+    ok, report = verdict(answers, package)
+    seconds = time.monotonic() - started
+    if args.json_path is not None and rank == 0:
+        doc = {"schema": 1, "ok": ok, "report": report, "seconds": round(seconds, 3), "answers": answers}
+        args.json_path.write_text(json.dumps(doc, indent=1) + "\n")
+    if ok:
+        if rank == 0:
+            print(f"kiln ranks: {report} ({seconds:.2f} s)")
+        return 0
+    if local_rank == 0:
+        print(f"kiln ranks: rank {rank} stops: {report}", file=sys.stderr)
+    else:
+        print(f"kiln ranks: rank {rank} stops: the ranks differ (the table is in local rank 0's log)",
+              file=sys.stderr)
+    return 1
+
+
+def _own_package() -> str | None:
+    parent = __package__ or ""
+    if parent.endswith("._kiln"):
+        return parent[: -len("._kiln")]
+    return PACKAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main(_own_package()))
