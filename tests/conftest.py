@@ -22,6 +22,11 @@ REPO = Path(__file__).resolve().parents[1]
 ARTIFACTS = REPO / "tests" / "_artifacts"
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests marked after_suite run last, in their own order: they stand on what the other tests built."""
+    items.sort(key=lambda item: item.get_closest_marker("after_suite") is not None)
+
+
 def _find(pattern: str, where: Path = REPO / "dist") -> Path | None:
     hits = sorted(where.glob(pattern))
     return hits[-1] if hits else None

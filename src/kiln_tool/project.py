@@ -81,6 +81,8 @@ class KilnProject:
     index_url: str | None
     matrix_file: Path
     schema_sources: tuple[str, ...] = ()
+    install_samples: Path | None = None
+    """A test file or folder whose INSTALL_SAMPLES are called after an install (kiln_tool.op_smoke)."""
     build_requires: tuple[str, ...] = ()
     """[build-system] requires: what a backend build's venv needs beside torch and kiln's toolchain."""
 
@@ -149,6 +151,7 @@ _PATTERN_WORDS = {
     "tool.kiln.index-url": "an http(s) URL without spaces or quotes",
     "tool.kiln.matrix": "\"kiln\" or a relative path inside the project",
     "tool.kiln.schema-sources": "a relative glob pattern inside the project",
+    "tool.kiln.install-samples": "a relative path inside the project",
 }
 
 
@@ -257,11 +260,16 @@ def load_project(root: Path) -> KilnProject:
     matrix_file = data_path("matrix.json") if matrix == "kiln" else _inside(root, matrix, "matrix")
     if not matrix_file.is_file():
         raise ProjectError([f"tool.kiln.matrix = {matrix!r}: no such file"])
+    samples = table.get("install-samples")
+    samples_path = _inside(root, samples, "install-samples") if samples is not None else None
+    if samples_path is not None and not samples_path.exists():
+        raise ProjectError([f"tool.kiln.install-samples = {samples!r}: no such file or folder"])
     return KilnProject(
         root=root, name=canonical, package=package, namespace=namespace, build=build,
         libraries=table.get("libraries", "python-module"), abi_modes=tuple(table.get("abi", ["torch"])),
         version=version, index_url=table.get("index-url"), matrix_file=matrix_file,
-        schema_sources=tuple(table.get("schema-sources", ())), build_requires=tuple(requires))
+        schema_sources=tuple(table.get("schema-sources", ())), install_samples=samples_path,
+        build_requires=tuple(requires))
 
 
 def project_dir() -> Path:

@@ -397,3 +397,34 @@ def test_install_build_requirements_gives_pip_kilns_toolchain_or_the_backends(
     nothing = _project(tmp_path / "bare", "backend").root
     (nothing / "pyproject.toml").write_text(PYPROJECTS["backend"].replace('["setuptools>=70", "wheel"]', "[]"))
     assert cibw_config.install_build_requirements(load_project(nothing), python) == [] and not argv.exists()
+
+
+def test_a_project_without_a_table_is_built_with_the_generated_one(tmp_path: Path) -> None:
+    """One [tool.kiln] table is all a project needs: kiln cibuildwheel hands cibuildwheel the generated table
+    (--config-file), which cibuildwheel reads as the project's own; a table that fails kiln stops the build
+    before anything runs, one line per problem, exit 2."""
+    pytest.importorskip("cibuildwheel")
+    from kiln_tool.containers.cibw import ConfigRefused, cibuildwheel_config_args
+
+    for build in sorted(PYPROJECTS):
+        project = _project(tmp_path / build, build)
+        matrix = load_matrix(project.matrix_file)
+        args = cibuildwheel_config_args(project, matrix, tmp_path / build)
+        assert args[0] == "--config-file"
+        config = Path(args[1])
+        with config.open("rb") as fh:
+            assert tomllib.load(fh)["tool"]["cibuildwheel"] == _generated(project)
+        proc = subprocess.run([sys.executable, "-m", "cibuildwheel", "--print-build-identifiers", "--platform",
+                               "linux", "--archs", "x86_64", *args, str(project.root)], capture_output=True,
+                              text=True, timeout=120, cwd=project.root)
+        assert proc.returncode == 0, proc.stderr
+        assert sorted(proc.stdout.split()) == sorted(f"cp{p.replace('.', '')}-manylinux_x86_64" for p in matrix.python)
+        # With a table that holds, the project's own is used as it is.
+        (project.root / "pyproject.toml").write_text(PYPROJECTS[build] + "\n" + render(_generated(project), project,
+                                                                                        __version__))
+        assert cibuildwheel_config_args(load_project(project.root), matrix, tmp_path / build) == []
+        # One that fails kiln: refused before cibuildwheel runs.
+        (project.root / "pyproject.toml").write_text(PYPROJECTS[build] + '\n[tool.cibuildwheel]\nbuild = "cp311-*"\n')
+        with pytest.raises(ConfigRefused) as refused:
+            cibuildwheel_config_args(load_project(project.root), matrix, tmp_path / build)
+        assert refused.value.exit_code == 2 and "before-build" in str(refused.value)

@@ -7,6 +7,11 @@ updates a stale one in place, as `make wheels` here would). A command that fails
 (stable-abi.md:LINE); the commands after it then skip. Commands that need a CUDA GPU run where
 nvidia-smi lists one and skip, saying so, elsewhere. Then what the page says the commands made
 (wheel files, folders, the audit's verdict on an unrepaired wheel) is checked in the clone.
+
+The page's `pytest tests/stable` is this suite's own tests/stable: when the session runs those too,
+the clone only collects them (`--collect-only`: the command's paths and tests are right) and what they
+make (tests/_artifacts/...) is checked in this checkout, where the session's own run made it. This
+module runs after every other test (marker after_suite) for that; run alone, it runs the command whole.
 """
 
 from __future__ import annotations
@@ -28,7 +33,8 @@ COMMANDS = doc_commands(DOC)
 GPU_COMMANDS = ("tests/stable/gpu_check.sh",)
 COMMAND_TIMEOUT_S = 3600
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.after_suite]
+SUITE_PYTEST = re.compile(r"^\.venv/bin/python -m pytest (tests/[\w/.-]+)$")
 
 
 def has_gpu() -> bool:
@@ -44,6 +50,13 @@ class Clone:
     root: Path
     failed: DocCommand | None = None
     ran: list[str] = field(default_factory=list)
+    suite_ran: list[str] = field(default_factory=list)  # test paths of the page the session itself ran
+
+
+def _session_runs(session: pytest.Session, path: str) -> bool:
+    target = (REPO / path).resolve()
+    return any(target == Path(item.path).resolve() or target in Path(item.path).resolve().parents
+               for item in session.items if item.get_closest_marker("after_suite") is None)
 
 
 @pytest.fixture(scope="module")
@@ -69,13 +82,18 @@ def test_the_page_has_commands() -> None:
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=[c.where for c in COMMANDS])
-def test_command(command: DocCommand, clone: Clone) -> None:
+def test_command(command: DocCommand, clone: Clone, request: pytest.FixtureRequest) -> None:
     if clone.failed is not None:
         pytest.skip(f"an earlier command failed: {clone.failed.where}")
     if command.text.startswith(GPU_COMMANDS) and not has_gpu():
         pytest.skip(f"{command.where} needs a CUDA GPU and nvidia-smi lists none here: `{command.text}`")
+    text = command.text
+    suite = SUITE_PYTEST.match(text)
+    if suite and _session_runs(request.session, suite.group(1)):
+        text += " --collect-only -q"  # this session runs those tests itself
+        clone.suite_ran.append(suite.group(1))
     clone.failed = command
-    proc = subprocess.run(["bash", "-euo", "pipefail", "-c", command.text], cwd=clone.root, env=_env(),
+    proc = subprocess.run(["bash", "-euo", "pipefail", "-c", text], cwd=clone.root, env=_env(),
                           capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S, check=False)
     output = (proc.stdout + proc.stderr)[-6000:]
     assert proc.returncode == 0, f"{command.where}: `{command.text}` exited {proc.returncode}:\n{output}"
@@ -94,7 +112,9 @@ def test_the_files_and_folders_the_page_names_were_made(clone: Clone) -> None:
     text = DOC.read_text()
     named = sorted(set(re.findall(r"`((?:dist|build|tests/_artifacts)/[^`*<>\s]+)`", text)))
     assert any(n.startswith("dist/opkiln-") for n in named), named
-    missing = [n for n in named if not (clone.root / n).exists()]
+    # What the suite's own tests make (tests/_artifacts/) exists here when the clone only collected them.
+    made_by = {n: REPO if clone.suite_ran and n.startswith("tests/_artifacts/") else clone.root for n in named}
+    missing = [n for n in named if not (made_by[n] / n).exists()]
     assert not missing, f"stable-abi.md names what its commands did not make: {missing}"
 
 

@@ -6,11 +6,26 @@ import json
 import subprocess
 from pathlib import Path
 
-from kiln_tool.op_smoke import EXERCISE_ALL_OPS, install_samples
+from kiln_tool.op_smoke import EXERCISE, exercise_args, install_samples
+from kiln_tool.project import load_project
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _exercise(python: Path) -> subprocess.CompletedProcess[str]:
-    return _run(python, "-c", EXERCISE_ALL_OPS, json.dumps(install_samples()))
+    return _run(python, "-c", EXERCISE, *exercise_args(load_project(REPO)))
+
+
+def test_every_public_op_of_opkiln_has_an_install_sample(torch213_venv: Path, cpu_wheel: Path) -> None:
+    """Python-only ops (batched_nms) too: the smoke's own rule covers the build manifest's ops only."""
+    project = load_project(REPO)
+    assert project.install_samples == REPO / "tests" / "ops"
+    samples = install_samples(project.install_samples)
+    install = _run(torch213_venv, "-m", "pip", "install", "--no-deps", "--force-reinstall", str(cpu_wheel))
+    assert install.returncode == 0, install.stderr
+    public = _run(torch213_venv, "-c", "import json, opkiln; print(json.dumps(opkiln.ops.__all__))")
+    assert public.returncode == 0, public.stderr
+    assert sorted(set(json.loads(public.stdout)) - set(samples)) == []
 
 
 def _run(python: Path, *args: str) -> subprocess.CompletedProcess[str]:

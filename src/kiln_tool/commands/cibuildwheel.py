@@ -171,7 +171,7 @@ def execute(args: argparse.Namespace) -> int:
             STATE_DIR.mkdir(parents=True, exist_ok=True)
             args.out.mkdir(parents=True, exist_ok=True)
             args.logs.mkdir(parents=True, exist_ok=True)
-            links = _kiln_wheel_links(args.kiln_wheel, STATE_DIR)
+            links = kiln_wheel_links(args.kiln_wheel, STATE_DIR)
             if args.repro or args.compile_cost:
                 return _measure(engine, base, plans, args, project, links)
             for job, pythons in plans:
@@ -187,7 +187,7 @@ def execute(args: argparse.Namespace) -> int:
     return 0
 
 
-def _kiln_wheel_links(wheels: list[Path], state: Path) -> tuple[Path, ...]:
+def kiln_wheel_links(wheels: list[Path], state: Path) -> tuple[Path, ...]:
     """A folder holding only the --kiln-wheel files (pip's find-links reads a whole folder)."""
     import shutil
 

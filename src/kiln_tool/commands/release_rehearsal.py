@@ -6,6 +6,7 @@ Needs the wheels of `kiln cibuildwheel` (make cibuildwheel). Serves the publishe
 127.0.0.1, runs `kiln release` onto it, installs each wheel's combination with pip and with uv in a
 fresh container without build tools, calls every op, then rebuilds the CPU wheel (another
 SOURCE_DATE_EPOCH) and checks that the release path refuses it and leaves the site as it was.
+Serves the project of [tool.kiln] (`kiln -C DIR release-rehearsal` for another folder's).
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                         help="the rehearsal's sites, rebuilt wheel, logs and summary.json (default: %(default)s)")
     parser.add_argument("--base", choices=("auto", "real", "standin"), default="auto",
                         help="the images to install in and rebuild with (as for kiln cibuildwheel)")
+    parser.add_argument("--kiln-wheel", type=Path, action="append", default=[], metavar="WHEEL",
+                        help="a torch-kiln wheel the rebuild's container may install (before it is published), as "
+                        "for kiln cibuildwheel; repeatable")
     parser.add_argument("--keep-engine", action="store_true", help="leave a dockerd this run started running")
 
 
@@ -46,6 +50,10 @@ def execute(args: argparse.Namespace) -> int:
     wheels = sorted(args.wheels.glob("*.whl"))
     if not wheels:
         print(f"kiln release-rehearsal: no wheel in {args.wheels}: run `make cibuildwheel` first", file=sys.stderr)
+        return 2
+    missing = [str(w) for w in args.kiln_wheel if not w.is_file() or not w.name.startswith("torch_kiln-")]
+    if missing:
+        print(f"kiln release-rehearsal: --kiln-wheel {missing[0]}: not a torch-kiln wheel file", file=sys.stderr)
         return 2
     uv = _uv()
     if uv is None:
@@ -67,8 +75,9 @@ def execute(args: argparse.Namespace) -> int:
 
 def _rehearse(engine: Any, args: argparse.Namespace, wheels: list[Path], uv: Path) -> dict[str, Any]:
     from kiln_tool.audit.release_rule import STANDIN_ENV
+    from kiln_tool.commands.cibuildwheel import kiln_wheel_links
     from kiln_tool.containers.cibw import host_arch, job_for, run_cibuildwheel
-    from kiln_tool.containers.engine import ContainerError
+    from kiln_tool.containers.engine import STATE_DIR, ContainerError
     from kiln_tool.containers.images import ensure_base
     from kiln_tool.containers.rehearsal import rehearse
     from kiln_tool.epoch import source_date_epoch
@@ -94,6 +103,7 @@ def _rehearse(engine: Any, args: argparse.Namespace, wheels: list[Path], uv: Pat
     project = current_project()
     rebuild = run_cibuildwheel(engine, base, job_for("cpu", (python,), host_arch(), project), rebuilt,
                                project=project, log=work / "rebuild.log", skip_tests=True, pythons=(python,),
+                               find_links=kiln_wheel_links(args.kiln_wheel, STATE_DIR),
                                extra_env={"SOURCE_DATE_EPOCH": str(int(source_date_epoch()) + 86400)})
     if [w.name for w in rebuild.wheels] != [cpu.name]:
         raise ContainerError(f"the rebuild made {[w.name for w in rebuild.wheels]}, not {cpu.name}")
@@ -103,7 +113,7 @@ def _rehearse(engine: Any, args: argparse.Namespace, wheels: list[Path], uv: Pat
     staged.mkdir()
     for wheel in wheels:
         shutil.copy2(wheel, staged / wheel.name)
-    summary = rehearse(engine, base, staged, rebuilt, work / "sites", uv, log)
+    summary = rehearse(engine, base, staged, rebuilt, work / "sites", uv, log, project)
     summary["rebuild_seconds"] = round(rebuild.seconds, 1)
     summary["base"] = base.describe()
     return summary

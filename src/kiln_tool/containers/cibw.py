@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 from .. import resources
 from ..epoch import source_date_epoch
-from ..matrix_data import MatrixJob, build_jobs, github_entry
+from ..matrix_data import Matrix, MatrixJob, build_jobs, github_entry
 from ..matrix_data import load as load_matrix
 from .engine import STATE_DIR, ContainerError, Engine, load_recipe
 from .images import Base, ensure_build_image
@@ -188,7 +188,8 @@ def run_cibuildwheel(engine: Engine, base: Base, job: MatrixJob, out: Path, *, p
     before = set(out.glob("*.whl"))
     with tempfile.TemporaryDirectory(dir=STATE_DIR, prefix="cibw-project-") as tmp:
         export = export or export_tree(Path(tmp) / project.name, project.root)
-        cmd = [*exe, "--platform", "linux", "--output-dir", str(out.resolve()), str(export)]
+        cmd = [*exe, "--platform", "linux", "--output-dir", str(out.resolve()),
+               *cibuildwheel_config_args(project, matrix, Path(tmp)), str(export)]
         shown = {k: env[k] for k in sorted(env) if k.startswith(("CIBW_", "KILN_", "PIP_", "CCACHE_"))}
         with log.open("a") as fh:
             fh.write(f"$ {' '.join(cmd)}\n{json.dumps(shown, indent=2)}\n")
@@ -204,6 +205,35 @@ def run_cibuildwheel(engine: Engine, base: Base, job: MatrixJob, out: Path, *, p
         raise ContainerError(f"cibuildwheel made {len(run.wheels)} wheel(s) for {len(identifiers)} identifier(s) "
                              f"({', '.join(identifiers)}); see {log}")
     return run
+
+
+class ConfigRefused(ContainerError):
+    """The project's [tool.cibuildwheel] table fails kiln (exit 2, before anything is built)."""
+
+    exit_code = 2
+
+
+def cibuildwheel_config_args(project: KilnProject, matrix: Matrix, folder: Path) -> list[str]:
+    """cibuildwheel's config option for `project`: none when its [tool.cibuildwheel] table holds for kiln; a
+    generated table (`kiln cibuildwheel --print-config`, written into `folder`) when it has none, so one
+    [tool.kiln] table is all a project needs; ConfigRefused, one line per problem, when its table fails."""
+    from .. import __version__
+    from . import cibw_config
+
+    try:
+        table = cibw_config.load_table(project.root)
+    except cibw_config.ConfigError as exc:
+        raise ConfigRefused(str(exc)) from None
+    if table is not None:
+        problems = cibw_config.check(table, project, __version__)
+        if problems:
+            raise ConfigRefused(f"{project.root / 'pyproject.toml'}'s [tool.cibuildwheel] fails kiln "
+                                "(kiln cibuildwheel --print-config gives one that holds):\n  " + "\n  ".join(problems))
+        return []
+    generated = folder / "kiln-cibuildwheel.toml"
+    generated.write_text(cibw_config.render(cibw_config.generate(project, matrix, __version__), project,
+                                            __version__))
+    return ["--config-file", str(generated)]
 
 
 def _stream(cmd: list[str], env: dict[str, str], cwd: Path, log: Path, run: CibwRun, started: float) -> None:

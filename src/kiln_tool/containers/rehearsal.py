@@ -7,9 +7,13 @@
    here), its assets served by a second HTTP server, and the merge; the pages are "deployed" to the
    first server, and link the wheels on the second.
 2. For each wheel, in a fresh container of the runtime image (no compiler, no build tools; the host's
-   network, so 127.0.0.1 is the server), `pip install opkiln -f <its combination's page>` and
-   `uv pip install opkiln -f <page>` into new venvs, each resolving torch itself from the package
-   sources this machine has; then `import opkiln` and every op's sample call.
+   network, so 127.0.0.1 is the server), `pip install <project> -f <its combination's page>` and
+   `uv pip install <project> -f <page>` into new venvs, each resolving torch itself from the package
+   sources this machine has; then the import, every op of the build manifest registered, and each of the
+   project's install samples (kiln_tool.op_smoke); the installed libraries are the published bytes. Where
+   the site has another combination (another torch), its wheel is then forced into the same venv: the
+   import guard must refuse it and name this combination's page, of the project's index-url and, with the
+   guard's <PACKAGE>_INDEX_URL set, of the served site.
 3. A rebuilt wheel of the same version (another SOURCE_DATE_EPOCH, so other bytes under a published
    name) goes through the same release path: refused, and the published site is byte-identical.
 """
@@ -31,8 +35,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..index.combos import Combination
 from ..index.storage import GhCli
-from ..op_smoke import EXERCISE_ALL_OPS, samples_json
+from ..op_smoke import EXERCISE, exercise_args
+from ..project import KilnProject
 from ..release import ReleaseError, run_release
 from .cibw import HOST_MOUNT, host_pip_sources
 from .engine import ContainerError, Engine, docker
@@ -40,8 +46,14 @@ from .images import Base
 
 Say = Callable[[str], None]
 CONTAINER_PYTHON = "/opt/python/cp311-cp311/bin/python"
+# Inside the throwaway container the install script runs in (no other user there).
+PIP_ENV, UV_ENV = "/tmp/pip-env", "/tmp/uv-env"  # noqa: S108
 REPO = Path(__file__).resolve().parents[3]
-REPOSITORY = "opkiln/opkiln"
+
+
+def stand_in_repository(project: KilnProject) -> str:
+    """The GitHub repository the stand-in gh stores the project's release assets under (no GitHub here)."""
+    return f"{project.name}/{project.name}"
 
 
 def stand_in_gh(work: Path, assets: Path, assets_url: str) -> GhCli:
@@ -100,12 +112,12 @@ class InstallResult:
 
 
 def _pages(site: Path) -> dict[str, str]:
-    """wheel file name -> its first combination's find-links page (relative), from the manifest."""
+    """wheel file name -> its first combination's find-links page (a folder, relative), from the manifest."""
     manifest = json.loads((site / "kiln-index.json").read_text())
     pages = {}
     for entry in manifest["wheels"]:
         combo = entry["combos"][0]
-        pages[entry["filename"]] = f"{combo['cuda']}/torch{combo['torch']}/"
+        pages[entry["filename"]] = Combination(combo["torch"], combo["cuda"]).page.removesuffix("index.html")
     return pages
 
 
@@ -124,11 +136,29 @@ def _pip_mounts() -> list[str]:
     return mounts
 
 
-def _install_script(url: str, page: str, uv_sources: list[str]) -> str:
-    samples = shlex.quote(samples_json())
-    exercise = shlex.quote(EXERCISE_ALL_OPS)
+@dataclass(frozen=True)
+class Mismatch:
+    """Another combination's published wheel, installed without its dependencies into a venv whose torch is
+    this combination's: the import guard must refuse it and name this combination's page of the site."""
+
+    wheel_url: str
+    wheel: str
+
+
+def _libraries_of(env: str, package: str) -> str:
+    """Shell: one `SO <path> <sha256>` line per library of the installed package (its folder and its grafts)."""
+    return (f'(cd {env}/lib/python3*/site-packages && find {package} {package}.libs -type f -name "*.so*" '
+            f'2>/dev/null | LC_ALL=C sort | while read -r f; do echo "SO $f $(sha256sum "$f" | cut -d" " -f1)"; '
+            'done)')
+
+
+def _install_script(project: KilnProject, url: str, page: str, uv_sources: list[str],
+                    mismatch: Mismatch | None) -> str:
+    exercise = shlex.quote(EXERCISE)
+    args = " ".join(shlex.quote(a) for a in exercise_args(project))
     sources = " ".join(shlex.quote(s) for s in uv_sources)
-    return f"""set -euo pipefail
+    name, package = shlex.quote(project.name), shlex.quote(project.package)
+    script = f"""set -euo pipefail
 for tool in gcc cc c++ g++ nvcc make cmake; do
   if command -v "$tool" >/dev/null; then
     echo "rehearsal: this image has $tool: not a fresh user machine" >&2
@@ -137,18 +167,33 @@ for tool in gcc cc c++ g++ nvcc make cmake; do
 done
 start=$EPOCHREALTIME
 {CONTAINER_PYTHON} -m venv /tmp/pip-env
-/tmp/pip-env/bin/python -m pip install --quiet --only-binary=:all: opkiln -f {shlex.quote(url + page)}
-/tmp/pip-env/bin/python -c {exercise} {samples} > /tmp/pip.json
-echo "PIPSO $(sha256sum /tmp/pip-env/lib/python3*/site-packages/opkiln/_C*.so | cut -d' ' -f1)"
+/tmp/pip-env/bin/python -m pip install --quiet --only-binary=:all: {name} -f {shlex.quote(url + page)}
+/tmp/pip-env/bin/python -c {exercise} {args} > /tmp/pip.json
+{_libraries_of(PIP_ENV, package)} | sed 's/^SO /PIPSO /'
 echo "PIP $(cat /tmp/pip.json) SECONDS $(python3 -c "print($EPOCHREALTIME - $start)")"
 start=$EPOCHREALTIME
 uv venv --quiet --python {CONTAINER_PYTHON} /tmp/uv-env
-uv pip install --quiet --python /tmp/uv-env/bin/python --only-binary=:all: opkiln \\
+uv pip install --quiet --python /tmp/uv-env/bin/python --only-binary=:all: {name} \\
   --find-links {shlex.quote(url + page)} {sources}
-/tmp/uv-env/bin/python -c {exercise} {samples} > /tmp/uv.json
-echo "UVSO $(sha256sum /tmp/uv-env/lib/python3*/site-packages/opkiln/_C*.so | cut -d' ' -f1)"
+/tmp/uv-env/bin/python -c {exercise} {args} > /tmp/uv.json
+{_libraries_of(UV_ENV, package)} | sed 's/^SO /UVSO /'
 echo "UV $(cat /tmp/uv.json) SECONDS $(python3 -c "print($EPOCHREALTIME - $start)")"
 """
+    if mismatch is not None:
+        # Twice: as installed (the message names the project's index-url), and with the guard's mirror variable
+        # set to this served site (it names the served page).
+        script += f"""uv pip install --quiet --python /tmp/uv-env/bin/python --no-deps --reinstall \\
+  {shlex.quote(mismatch.wheel_url)}
+for run in plain mirror; do
+  if [ "$run" = mirror ]; then export {guard_variable(project, "INDEX_URL")}={shlex.quote(url)}; fi
+  if /tmp/uv-env/bin/python -c "import {project.package}" 2>/tmp/mismatch.txt; then
+    echo "MISMATCH-IMPORTED"
+  else
+    echo "MISMATCH $run $(python3 -c 'import json,sys; print(json.dumps(open(sys.argv[1]).read()))' /tmp/mismatch.txt)"
+  fi
+done
+"""
+    return script
 
 
 def _uv_sources() -> list[str]:
@@ -162,25 +207,50 @@ def _uv_sources() -> list[str]:
     return args
 
 
-def _published_extension_sha256(wheel: Path) -> str:
+def _published_libraries(wheel: Path, package: str) -> dict[str, str]:
+    """path -> sha256 of each library of the package in the published wheel (its folder and its grafts)."""
     import zipfile
 
+    libraries = {}
     with zipfile.ZipFile(wheel) as archive:
-        (member,) = [n for n in archive.namelist() if n.startswith("opkiln/_C") and n.endswith(".so")]
-        return hashlib.sha256(archive.read(member)).hexdigest()
+        for info in archive.infolist():
+            top = info.filename.split("/", 1)[0]
+            if top in (package, f"{package}.libs") and ".so" in info.filename.rsplit("/", 1)[-1] \
+                    and not info.is_dir():
+                libraries[info.filename] = hashlib.sha256(archive.read(info)).hexdigest()
+    return libraries
+
+
+def guard_variable(project: KilnProject, name: str) -> str:
+    """An environment variable of the project's import guard: the package's name upper-cased, then `_NAME`."""
+    return f"{project.package.upper()}_{name}"
+
+
+def _mismatch_problem(project: KilnProject, message: str, url: str, page: str, mismatch: Mismatch) -> str | None:
+    """Why the guard's message for a mismatched install is not what a user needs, or None when it is."""
+    flat = " ".join(message.split())
+    wanted = [f"pip install {project.name}", url + page]
+    if "Traceback" in message and "Error" not in message.splitlines()[-1]:
+        return f"the import of {project.package} with {mismatch.wheel} ended in a traceback:\n{message[-2000:]}"
+    missing = [w for w in wanted if w not in flat]
+    if missing:
+        return (f"the import guard's message for {mismatch.wheel} installed beside this page's torch does not "
+                f"name {' and '.join(missing)}:\n{message[-2000:]}")
+    return None
 
 
 def install_as_user(engine: Engine, base: Base, uv: Path, url: str, wheel: str, page: str, log: Path,
-                    say: Say, published_wheel: Path) -> list[InstallResult]:
+                    say: Say, published_wheel: Path, project: KilnProject,
+                    mismatch: Mismatch | None = None) -> list[InstallResult]:
     env_args: list[str] = []
     for key, value in host_pip_sources().items():
         env_args += ["-e", f"{key}={value}"]
     mounts = [item for m in _pip_mounts() for item in ("-v", m)]
-    name = f"opkiln-rehearsal-{os.getpid()}-{int(time.time())}"
+    name = f"kiln-rehearsal-{project.name}-{os.getpid()}-{int(time.time())}"
+    script = _install_script(project, url, page, _uv_sources(), mismatch)
     args = ["run", "--rm", "--name", name, "--network=host", *mounts, "-v", f"{uv}:/usr/local/bin/uv:ro",
-            *env_args, "-e", "UV_CACHE_DIR=/tmp/uv-cache", base.runtime_image,
-            "/bin/bash", "-c", _install_script(url, page, _uv_sources())]
-    say(f"rehearsal: {wheel}: pip and uv install opkiln -f {url}{page} in a fresh {base.runtime_image}")
+            *env_args, "-e", "UV_CACHE_DIR=/tmp/uv-cache", base.runtime_image, "/bin/bash", "-c", script]
+    say(f"rehearsal: {wheel}: pip and uv install {project.name} -f {url}{page} in a fresh {base.runtime_image}")
     started = time.monotonic()
     try:
         out = docker(engine, *args, capture=True, timeout=1800)
@@ -191,28 +261,64 @@ def install_as_user(engine: Engine, base: Base, uv: Path, url: str, wheel: str, 
     with log.open("a") as fh:
         fh.write(out)
     results = []
-    published = _published_extension_sha256(published_wheel)
+    published = _published_libraries(published_wheel, project.package)
+    if not published:
+        raise ContainerError(f"{wheel} holds no library of {project.package}")
+    installed: dict[str, dict[str, str]] = {"PIPSO": {}, "UVSO": {}}
     for line in out.splitlines():
         kind, _, rest = line.partition(" ")
-        if kind in ("PIPSO", "UVSO") and rest.strip() != published:
-            raise ContainerError(f"{kind[:-2].lower()} installed an opkiln/_C whose sha256 {rest.strip()} is not "
-                                 f"the published wheel's {published}")
+        if kind in installed:
+            path, _, digest = rest.strip().rpartition(" ")
+            installed[kind][path] = digest
         if kind in ("PIP", "UV"):
             data, _, seconds = rest.rpartition(" SECONDS ")
             results.append(InstallResult(wheel, page, kind.lower(), float(seconds or 0), json.loads(data)))
+        if kind == "MISMATCH-IMPORTED" and mismatch is not None:
+            raise ContainerError(f"{mismatch.wheel} imported beside the torch of {page}: the import guard let "
+                                 "a mismatched build through")
+        if kind == "MISMATCH" and mismatch is not None:
+            run, _, text = rest.partition(" ")
+            base_url = url if run == "mirror" else (project.index_url or "").rstrip("/") + "/"
+            if run == "plain" and not project.index_url:
+                continue  # the project names no index-url: only the mirror run can name a page
+            problem = _mismatch_problem(project, json.loads(text), base_url, page, mismatch)
+            if problem:
+                raise ContainerError(problem)
+            say(f"rehearsal:   {mismatch.wheel} beside this torch: the import guard refuses it and names "
+                f"{base_url}{page}" + (f" ({guard_variable(project, 'INDEX_URL')} set)" if run == "mirror" else ""))
+    for kind, libraries in installed.items():
+        if libraries != published:
+            raise ContainerError(f"{kind[:-2].lower()} installed libraries {sorted(libraries.items())} that are not "
+                                 f"the published wheel's {sorted(published.items())}")
     if {r.installer for r in results} != {"pip", "uv"}:
         raise ContainerError(f"the install of {wheel} printed no result for pip and uv; see {log}")
+    if mismatch is not None and "MISMATCH" not in out:
+        raise ContainerError(f"the mismatched install of {mismatch.wheel} printed no result; see {log}")
     for r in results:
-        say(f"rehearsal:   {r.installer}: opkiln {r.output.get('version')} on torch {r.output.get('torch')}, "
-            f"{len(r.output.get('results', {}))} op(s) called, {r.seconds:.0f} s")  # type: ignore[arg-type]
-    say(f"rehearsal:   both installed the published opkiln/_C (sha256 {published[:16]}...); container run "
+        say(f"rehearsal:   {r.installer}: {project.name} {r.output.get('version')} on torch "
+            f"{r.output.get('torch')}, {len(r.output.get('ops', []))} op(s) registered, "  # type: ignore[arg-type]
+            f"{len(r.output.get('results', {}))} sample(s) called, {r.seconds:.0f} s")  # type: ignore[arg-type]
+    say(f"rehearsal:   both installed the published libraries ({len(published)}: "
+        f"{', '.join(f'{p} {d[:12]}...' for p, d in sorted(published.items()))}); container run "
         f"{time.monotonic() - started:.0f} s")
     return results
 
 
+def _mismatches(manifest: dict[str, object], pages: dict[str, str]) -> dict[str, Mismatch]:
+    """wheel -> another combination's published wheel (another torch) to install beside this wheel's torch."""
+    entries = {e["filename"]: e for e in manifest["wheels"]}  # type: ignore[attr-defined]
+    found: dict[str, Mismatch] = {}
+    for wheel, page in sorted(pages.items()):
+        others = [w for w, p in sorted(pages.items()) if p != page and entries[w].get("url")]
+        if others:
+            found[wheel] = Mismatch(wheel_url=entries[others[0]]["url"], wheel=others[0])
+    return found
+
+
 def rehearse(engine: Engine, base: Base, wheels: Path, rebuilt: Path, work: Path, uv: Path, log: Path,
-             say: Say = print) -> dict[str, object]:
+             project: KilnProject, say: Say = print) -> dict[str, object]:
     """Run the rehearsal; raises ContainerError on any failure. `rebuilt`: a folder with a rebuilt wheel."""
+    repository = stand_in_repository(project)
     if work.exists():
         shutil.rmtree(work)
     published = work / "published"
@@ -227,24 +333,28 @@ def rehearse(engine: Engine, base: Base, wheels: Path, rebuilt: Path, work: Path
         started = time.monotonic()
         try:
             first = run_release(wheels, work / "site-1", url, url, first_release=True, say=say,
-                                repository=REPOSITORY, tag="v0.0.0-rehearsal.1", gh=gh)
+                                repository=repository, tag="v0.0.0-rehearsal.1", gh=gh)
         except ReleaseError as exc:
             raise ContainerError(f"the release path failed at {exc}") from None
         if (work / "site-1" / "wheels").exists() or len(first.uploaded) != len(first.added):
             raise ContainerError("the release left wheels in the site instead of uploading them as release assets")
-        stored = assets / REPOSITORY / "releases" / "download" / "v0.0.0-rehearsal.1"
+        stored = assets / repository / "releases" / "download" / "v0.0.0-rehearsal.1"
         deploy(work / "site-1", published)
         summary["release_seconds"] = round(time.monotonic() - started, 1)
         summary["added"] = list(first.added)
         installs = []
-        for wheel, page in sorted(_pages(published).items()):
-            installs += install_as_user(engine, base, uv, url, wheel, page, log, say, stored / wheel)
+        pages = _pages(published)
+        mismatches = _mismatches(json.loads((published / "kiln-index.json").read_text()), pages)
+        for wheel, page in sorted(pages.items()):
+            installs += install_as_user(engine, base, uv, url, wheel, page, log, say, stored / wheel, project,
+                                        mismatches.get(wheel))
+        summary["mismatched_imports_refused"] = len(mismatches)
         summary["installs"] = [{"wheel": r.wheel, "page": r.page, "installer": r.installer,
                                 "seconds": round(r.seconds, 1), "torch": r.output.get("torch"),
                                 "version": r.output.get("version")} for r in installs]
         before = tree_digest(published) | tree_digest(assets)
         try:
-            run_release(rebuilt, work / "site-2", url, url, first_release=False, say=say, repository=REPOSITORY,
+            run_release(rebuilt, work / "site-2", url, url, first_release=False, say=say, repository=repository,
                         tag="v0.0.0-rehearsal.2", gh=gh)
         except ReleaseError as exc:
             if exc.exit_code != 1 or exc.step != "index":
