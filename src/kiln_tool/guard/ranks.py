@@ -59,6 +59,10 @@ class RanksError(RuntimeError):
         self.answers = list(answers)
 
 
+class RanksUsage(RanksError):
+    """The process is not set up as a rank of a job (torchrun's variables missing or malformed)."""
+
+
 class RanksTimeout(RanksError):
     """Some ranks never answered before the deadline (``missing`` names them)."""
 
@@ -197,12 +201,13 @@ def _registered(op: str) -> bool:
 
 def local_answer(package: str, rank: int = 0, local_rank: int = 0) -> dict[str, Any]:
     """What this rank has. Never raises: whatever fails becomes part of the answer."""
+    started = time.monotonic()
     answer: dict[str, Any] = {
         "protocol": PROTOCOL, "rank": rank, "host": socket.gethostname(), "package": package,
         "python": ".".join(map(str, sys.version_info[:3])), "torch": None, "cuda": None, "present": False,
         "location": None, "project": None, "version": None, "build": None, "build_from": None,
         "built_torch": None, "cuda_tag": None, "index_url": None, "import_error": None, "ops": 0,
-        "ops_missing": [], "gpu": None, "gpu_ok": None, "gpu_problem": None, "error": None,
+        "ops_missing": [], "gpu": None, "gpu_ok": None, "gpu_problem": None, "error": None, "probe_s": None,
     }
     try:
         import torch
@@ -211,6 +216,7 @@ def local_answer(package: str, rank: int = 0, local_rank: int = 0) -> dict[str, 
         answer["cuda"] = torch.version.cuda
         package_dir = _package_dir(package)
         if package_dir is None:
+            answer["probe_s"] = round(time.monotonic() - started, 3)
             return answer
         answer["present"] = True
         answer["location"] = str(package_dir)
@@ -242,6 +248,7 @@ def local_answer(package: str, rank: int = 0, local_rank: int = 0) -> dict[str, 
         answer["gpu"], answer["gpu_ok"], answer["gpu_problem"] = _gpu(info, local_rank)
     except Exception as exc:
         answer["error"] = _first_line(exc)
+    answer["probe_s"] = round(time.monotonic() - started, 3)
     return answer
 
 
@@ -296,8 +303,10 @@ def problems(answer: Mapping[str, Any], ref: Mapping[str, Any] | None, torch_ref
     fix_package = _package_fix(ref, package)
     if answer.get("error"):
         found.append((f"the check failed on this rank: {answer['error']}", "see this rank's log"))
-    if torch_ref and answer.get("torch") != torch_ref:
-        found.append((f"torch {answer.get('torch')}, not {torch_ref}", _torch_fix(torch_ref)))
+    cuda_ref = ref.get("cuda") if ref is not None else answer.get("cuda")
+    if torch_ref and (answer.get("torch"), answer.get("cuda")) != (torch_ref, cuda_ref):
+        cuda = f" (CUDA {answer.get('cuda') or '-'}, not {cuda_ref or '-'})" if answer.get("cuda") != cuda_ref else ""
+        found.append((f"torch {answer.get('torch')}, not {torch_ref}{cuda}", _torch_fix(torch_ref)))
     if not answer.get("present"):
         found.append((f"{package} is not installed", fix_package))
         return found
@@ -375,10 +384,13 @@ def verdict(answers: Sequence[Mapping[str, Any]], package: str) -> tuple[bool, s
 def _job() -> tuple[int, int, int]:
     """(rank, world size, local rank) from torchrun's environment; a lone process is rank 0 of 1."""
     try:
-        return (int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1")),
-                int(os.environ.get("LOCAL_RANK", "0")))
+        rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     except ValueError as exc:
-        raise RanksError(f"RANK, WORLD_SIZE or LOCAL_RANK is not a number: {exc}") from None
+        raise RanksUsage(f"RANK, WORLD_SIZE or LOCAL_RANK is not a number: {exc}") from None
+    if not 0 <= rank < world:
+        raise RanksUsage(f"RANK {rank} is not a rank of a job of WORLD_SIZE {world}")
+    return rank, world, local_rank
 
 
 def _store(rank: int, world: int, timeout: timedelta) -> tuple[Any, bool]:
@@ -393,7 +405,7 @@ def _store(rank: int, world: int, timeout: timedelta) -> tuple[Any, bool]:
             return default(), False
     addr, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")
     if not addr or not port:
-        raise RanksError(f"WORLD_SIZE is {world} but MASTER_ADDR/MASTER_PORT are not set: run it under torchrun")
+        raise RanksUsage(f"WORLD_SIZE is {world} but MASTER_ADDR/MASTER_PORT are not set: run it under torchrun")
     agent = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
     serve = rank == 0 and not agent
     try:
@@ -454,7 +466,7 @@ def gather(package: str, timeout: float = DEFAULT_TIMEOUT_S) -> list[dict[str, A
         if missing:
             answered = [r for r in range(world) if r not in missing]
             if serve:  # the others read the timeout from this process's store: stay until they have
-                _linger(store, [f"{prefix}seen/{r}" for r in answered], 3.0)
+                _linger(store, [f"{prefix}seen/{r}" for r in answered if r != rank], 3.0)
             else:
                 store.set(f"{prefix}seen/{rank}", "1")
             raise RanksTimeout(
@@ -508,16 +520,12 @@ def main(package: str | None = None, argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         rank, _, local_rank = _job()
-    except RanksError as exc:
+        started = time.monotonic()
+        answers = gather(package, args.timeout)
+    except RanksUsage as exc:
         print(f"kiln ranks: {exc}", file=sys.stderr)
         return 2
-    started = time.monotonic()
-    try:
-        answers = gather(package, args.timeout)
-    except RanksTimeout as exc:
-        print(f"kiln ranks: rank {rank}: {exc}", file=sys.stderr)
-        return 1
-    except RanksError as exc:
+    except RanksError as exc:  # a timeout, or the store lost
         print(f"kiln ranks: rank {rank}: {exc}", file=sys.stderr)
         return 1
     ok, report = verdict(answers, package)
