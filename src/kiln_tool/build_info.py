@@ -4,7 +4,8 @@ Called by CMake at configure time (kiln's CMake package, KilnBuildInfo.cmake), a
 a wheel the project's own backend built (backend_build_info). The document holds no absolute path and
 no time stamp, so it never breaks reproducibility. Its keys: schema, project, package, namespace, build,
 libraries, version (the wheel's, with its local label), the torch, CUDA, compiler and flags it was built
-with, git_commit, source_hash, ops (the op manifest), index_url.
+with, git_commit, source_hash, ops (the op manifest), index_url, targets (what the import guard loads:
+"<path in the wheel without suffix>=<python-module|load-library>", in load order).
 """
 
 from __future__ import annotations
@@ -24,6 +25,9 @@ from .torch_probe import TorchInstall
 from .variant import BuildVariant
 
 BUILD_INFO_SCHEMA = 1
+GUARD_DIR = Path(__file__).resolve().parent / "guard"
+GUARD_FOLDER = "_kiln"
+"""The import guard template (kiln_tool/guard) and the folder of the package it is generated into."""
 
 # What the source hash never covers when the project is not a git work tree (an export, an sdist): build
 # outputs, venvs and caches kiln and the usual tools write inside a project.
@@ -148,6 +152,42 @@ def project_fields(project: KilnProject) -> dict[str, Any]:
             "build": project.build, "libraries": project.libraries, "index_url": project.index_url}
 
 
+TARGET_KINDS = ("python-module", "load-library")
+_TARGET_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(/[A-Za-z_][A-Za-z0-9_]*)*")
+
+
+def parse_targets(text: str) -> list[str]:
+    """``opkiln/_C=python-module other/_x=load-library`` -> the build info's ``targets`` (order kept)."""
+    targets = []
+    for item in text.split():
+        path, _, kind = item.partition("=")
+        if not _TARGET_RE.fullmatch(path) or kind not in TARGET_KINDS:
+            raise ValueError(f"--targets: {item!r} is not <path in the wheel>=<{'|'.join(TARGET_KINDS)}>")
+        targets.append(f"{path}={kind}")
+    return targets
+
+
+def library_targets(package: str, kind: str, members: list[str]) -> list[str]:
+    """The ``targets`` of a wheel another backend built: each compiled library of ``package`` in the wheel's
+    member list (``twinlibs/_axpy.cpython-311-x86_64-linux-gnu.so`` -> ``twinlibs/_axpy=load-library``), sorted."""
+    found = set()
+    for member in members:
+        folder, _, name = member.rpartition("/")
+        stem = name.split(".", 1)[0]
+        if (folder == package or folder.startswith(f"{package}/")) and (name.endswith(".so") or ".so." in name) \
+                and _TARGET_RE.fullmatch(f"{folder}/{stem}") and not folder.startswith(f"{package}/_kiln"):
+            found.add(f"{folder}/{stem}={kind}")
+    return sorted(found)
+
+
+def guard_files() -> dict[str, bytes]:
+    """Every .py of the import guard template, by file name: what goes into ``<package>/_kiln/`` verbatim."""
+    files = {p.name: p.read_bytes() for p in sorted(GUARD_DIR.glob("*.py")) if p.is_file()}
+    if "guard.py" not in files:
+        raise FileNotFoundError(f"{GUARD_DIR}: kiln's import guard is missing (a broken kiln install)")
+    return files
+
+
 def torch_major_minor(torch_version: str) -> str:
     return ".".join(torch_version.split("+")[0].split(".")[:2])
 
@@ -187,6 +227,7 @@ def backend_build_info(project: KilnProject, torch: TorchInstall, variant: Build
         "git_commit": commit or git_commit(project.root),
         "source_hash": source_hash(project.root),
         "ops": ops,
+        "targets": None,  # kiln_tool.relabel lists the compiled libraries of the backend's wheel here
     }
 
 
@@ -205,6 +246,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--extension-suffix", default="")
     p.add_argument("--schema-sources", required=True, help="the sources whose m.def(...) define the ops (';' or "
                                                            "space separated, relative to --source-dir or absolute)")
+    p.add_argument("--targets", default="", help="the libraries, '<path>=<kind>' separated by spaces (kiln's "
+                                                  "CMake: every kiln_add_torch_library())")
     p.add_argument("--torch-min", default=None, help="stable ABI: the oldest torch the wheel loads on")
     p.add_argument("--cuda", default=None)
     p.add_argument("--nvcc-version", default=None)
@@ -219,6 +262,7 @@ def main(argv: list[str] | None = None) -> int:
         project = load_project(source_dir)
         files = [source_dir / f for f in re.split(r"[; ]+", args.schema_sources) if f]
         ops = op_manifest(files, project.namespace)
+        targets = parse_targets(args.targets)
     except (ProjectError, ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -246,6 +290,7 @@ def main(argv: list[str] | None = None) -> int:
         "git_commit": git_commit(source_dir),
         "source_hash": source_hash(source_dir),
         "ops": ops,
+        "targets": targets,
     }
     if args.abi_mode == "stable":
         info["torch_min"] = args.torch_min

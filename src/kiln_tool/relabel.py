@@ -5,7 +5,9 @@ backend and then repairs what it built.
 The backend knows nothing of the torch it was built against, so kiln writes what follows from it, every place
 agreeing: the local version label (``0.3.0`` -> ``0.3.0+pt214cu130``) in the file name, the ``.dist-info``
 folder and METADATA's Version; exactly one unconditional ``Requires-Dist: torch>=2.14,<2.15``; the build info
-``<package>/_build_info.json``; and a RECORD with every file's sha256 and size. WHEEL and its tags are kept;
+``<package>/_build_info.json`` (its ``targets``, when None, set to the compiled libraries the wheel holds, as
+the import guard loads them); kiln's import guard ``<package>/_kiln/`` (kiln_tool/guard, verbatim:
+docs/import-guard.md); and a RECORD with every file's sha256 and size. WHEEL and its tags are kept;
 every other METADATA line and its body are kept byte for byte. The output is deterministic (members sorted,
 the dist-info last and RECORD last of all, one date from SOURCE_DATE_EPOCH, fixed modes and deflate level),
 written atomically, and must pass kiln_tool.kiln_wheel before it is renamed into place.
@@ -13,8 +15,8 @@ written atomically, and must pass kiln_tool.kiln_wheel before it is renamed into
 Refused, with one :class:`RelabelError` line and nothing left in the output folder: an archive
 kiln_tool.safezip refuses, a wheel of another project, a version that already has a local label or a build
 tag, a pure wheel, two ``.dist-info`` folders, METADATA that packaging refuses, a RECORD that does not
-describe the archive, a package that already ships a build info, and anything the kiln-wheel definition
-forbids (member names kiln never writes, entry points, ``.data`` folders).
+describe the archive, a package that already ships a build info or a ``_kiln/`` folder, and anything the
+kiln-wheel definition forbids (member names kiln never writes, entry points, ``.data`` folders).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from packaging.utils import InvalidName, InvalidWheelFilename, canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from . import kiln_wheel
+from .build_info import GUARD_FOLDER, guard_files, library_targets
 from .epoch import ZIP_EPOCH_MIN
 from .safezip import SafeZip, UnsafeArchiveError
 
@@ -108,7 +111,8 @@ def _relabel(wheel: Path, out_dir: Path, *, package: str, project: str, local_la
                                            package)
     except kiln_wheel.NotAKilnWheel as exc:
         raise RelabelError(f"relabelled it would not be a kiln wheel: {exc}") from None
-    info = _build_info_bytes(build_info, version, project, package)
+    _build_info_bytes(build_info, version, project, package)  # refuse a bad build info before reading the wheel
+    guard = {f"{package}/{GUARD_FOLDER}/{name}": data for name, data in guard_files().items()}
     if not wheel.is_file():
         raise RelabelError("no such wheel file")
     try:
@@ -120,12 +124,17 @@ def _relabel(wheel: Path, out_dir: Path, *, package: str, project: str, local_la
         with SafeZip(wheel) as archive:
             source = _read_source(archive, project, base, tags)
             metadata = _relabel_metadata(source.metadata, project, base, version, torch_requirement)
-            plan = _plan(archive, source, kiln_name, package)
+            plan = _plan(archive, source, kiln_name, package, sorted(guard))
+            if "targets" in build_info and build_info["targets"] is None:  # backend_build_info: kiln fills it
+                kind = str(build_info.get("libraries") or "python-module")
+                build_info = {**build_info, "targets": library_targets(package, kind, list(archive.members))}
+            generated = {**guard, f"{package}/{kiln_wheel.BUILD_INFO}":
+                         _build_info_bytes(build_info, version, project, package)}
             fd, temp_name = tempfile.mkstemp(dir=out_dir, prefix=f".{kiln_name.filename}.", suffix=".tmp")
             temp = Path(temp_name)
             try:
                 with os.fdopen(fd, "w+b") as fh:
-                    _write(fh, archive, source, plan, kiln_name, metadata, info, package, date_time)
+                    _write(fh, archive, source, plan, kiln_name, metadata, generated, date_time)
                 with SafeZip(temp) as written:
                     kiln_wheel.check_archive(kiln_name, written)
                 temp.chmod(0o644)
@@ -366,16 +375,22 @@ class _Entry:
     mode: int
 
 
-def _plan(archive: SafeZip, source: _Source, kiln_name: kiln_wheel.KilnName, package: str) -> list[_Entry]:
-    """The relabelled wheel's members in the order they are written."""
+def _plan(archive: SafeZip, source: _Source, kiln_name: kiln_wheel.KilnName, package: str,
+          guard: list[str]) -> list[_Entry]:
+    """The relabelled wheel's members in the order they are written (``guard``: the import guard's files)."""
     build_info = f"{package}/{kiln_wheel.BUILD_INFO}"
     shipped = sorted(m for m in archive.members if m.rsplit("/", 1)[-1].casefold() == kiln_wheel.BUILD_INFO)
     if shipped:
         raise RelabelError(f"{shipped[0]}: the backend's wheel ships a build info; kiln writes {build_info}")
+    folder = f"{package}/{GUARD_FOLDER}/".casefold()
+    clash = sorted(m for m in archive.members if m.casefold().startswith(folder))
+    if clash:
+        raise RelabelError(f"{clash[0]}: the backend's wheel ships {package}/{GUARD_FOLDER}/; kiln writes its "
+                           "import guard there")
     if not any(m.startswith(f"{package}/") for m in archive.members):
         raise RelabelError(f"no package {package}/ in the wheel (is tool.kiln.package right?)")
     old, new = source.dist_info, kiln_name.dist_info
-    entries = [_Entry(build_info, None, FILE_MODE)]
+    entries = [_Entry(build_info, None, FILE_MODE), *(_Entry(name, None, FILE_MODE) for name in guard)]
     for member, info in archive.members.items():
         if info.is_dir() or member == f"{old}/RECORD":
             continue
@@ -406,11 +421,12 @@ def _zip_info(name: str, date_time: tuple[int, int, int, int, int, int], mode: i
 
 
 def _write(fh: IO[bytes], archive: SafeZip, source: _Source, plan: list[_Entry], kiln_name: kiln_wheel.KilnName,
-           metadata: bytes, build_info: bytes, package: str,
+           metadata: bytes, written_by_kiln: dict[str, bytes],
            date_time: tuple[int, int, int, int, int, int]) -> None:
     """Write the planned members, each source file streamed and checked against the input RECORD on the way
-    (its hash and size; the dropped files too), then RECORD."""
-    generated = {f"{package}/{kiln_wheel.BUILD_INFO}": build_info, f"{kiln_name.dist_info}/METADATA": metadata}
+    (its hash and size; the dropped files too), then RECORD. ``written_by_kiln``: the build info and the
+    import guard's files, by member name."""
+    generated = {**written_by_kiln, f"{kiln_name.dist_info}/METADATA": metadata}
     rows: list[tuple[str, str, str]] = []
     with zipfile.ZipFile(fh, "w") as out:
         for entry in plan[:-1]:

@@ -31,6 +31,7 @@ from packaging.metadata import Metadata
 from packaging.requirements import Requirement
 
 from kiln_tool import kiln_wheel
+from kiln_tool.build_info import guard_files
 from kiln_tool.relabel import RelabelError, relabel_wheel
 from kiln_tool.safezip import SafeZip
 
@@ -247,7 +248,8 @@ def test_layout_dates_and_modes_are_fixed(backend_wheel: Path, tmp_path: Path) -
     dist_info = [n for n in names if n.startswith(OUTPUT_DIST_INFO)]
     assert names == package_part + dist_info
     assert package_part == sorted(package_part) == ["ringops/_C.so", "ringops/__init__.py",
-                                                    "ringops/_build_info.json"]
+                                                    "ringops/_build_info.json",
+                                                    *sorted(f"ringops/_kiln/{n}" for n in guard_files())]
     assert dist_info[-1] == f"{OUTPUT_DIST_INFO}/RECORD" and dist_info[:-1] == sorted(dist_info[:-1])
     assert f"{OUTPUT_DIST_INFO}/top_level.txt" not in names  # setuptools' egg-era file; no installer reads it
     assert {i.date_time for i in infos} == {(2023, 11, 14, 22, 13, 20)}

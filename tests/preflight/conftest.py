@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -12,11 +9,11 @@ import pytest
 
 from preflight.preflight_support import (
     CU130_VENV,
-    TORCH_213,
     WORK,
     Venv,
     fresh_venv,
     install_wheel,
+    shared_torch213_site,
     site_packages,
 )
 
@@ -24,16 +21,7 @@ from preflight.preflight_support import (
 @pytest.fixture(scope="session")
 def torch213_site() -> Path:
     """site-packages of a venv holding only the real torch 2.13.0 CPU (installed once, then reused)."""
-    base = WORK / "base-torch2.13"
-    marker = base / ".ready"
-    if not marker.exists():
-        if base.exists():
-            shutil.rmtree(base)
-        subprocess.run([sys.executable, "-m", "venv", str(base)], check=True)
-        subprocess.run([str(base / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                        f"torch=={TORCH_213}"], check=True, timeout=900)
-        marker.write_text(TORCH_213)
-    return site_packages(base)
+    return shared_torch213_site()
 
 
 @pytest.fixture(scope="session")

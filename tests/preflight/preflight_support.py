@@ -6,8 +6,9 @@ environment with the real torch, without reinstalling GBs of CUDA wheels), and
 gets one opkiln wheel installed with ``pip install --no-deps`` (the metadata pin
 would otherwise refuse the mismatched ones, which is exactly the user mistake
 under test). The wheel supplies the compiled ``_C`` and its build info; the
-preflight/doctor Python files are then copied from this checkout, so a cached
-wheel in dist/ or tests/_artifacts/ never tests stale Python code.
+package's ``__init__``/``__main__`` and kiln's import guard (src/kiln_tool/guard,
+as ``opkiln/_kiln/``) are then copied from this checkout, so a cached wheel in
+dist/ or tests/_artifacts/ never tests stale Python code.
 
 Venvs are created once per session under tests/_artifacts/preflight/.
 """
@@ -28,8 +29,11 @@ ARTIFACTS = REPO / "tests" / "_artifacts"
 WORK = ARTIFACTS / "preflight"
 CU130_VENV = REPO / ".venvs" / "torch2.14-cu130-py3.11"
 TORCH_213 = "2.13.0"
-# Files of the import guard and doctor; everything else (ops.py, _C, build info) comes from the wheel.
-CHECKOUT_FILES = ("__init__.py", "__main__.py", "_loader.py", "_preflight.py", "_doctor.py", "_build_info.py")
+# The package's own files that use the guard, and the guard; everything else (ops.py, _C, build info) comes from
+# the wheel. The guard files of wheels built before it moved (opkiln/_preflight.py, ...) are removed.
+CHECKOUT_FILES = ("__init__.py", "__main__.py")
+GUARD = REPO / "src" / "kiln_tool" / "guard"
+OLD_GUARD_FILES = ("_loader.py", "_preflight.py", "_doctor.py", "_build_info.py")
 DEFAULT_INDEX = "https://opkiln.github.io/wheels"
 
 
@@ -65,6 +69,20 @@ class Venv:
                               cwd=str(cwd or WORK), timeout=timeout)
 
 
+def shared_torch213_site() -> Path:
+    """site-packages of a venv holding only the real torch 2.13.0 CPU (installed once, then reused)."""
+    base = WORK / "base-torch2.13"
+    marker = base / ".ready"
+    if not marker.exists():
+        if base.exists():
+            shutil.rmtree(base)
+        subprocess.run([sys.executable, "-m", "venv", str(base)], check=True)
+        subprocess.run([str(base / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                        f"torch=={TORCH_213}"], check=True, timeout=900)
+        marker.write_text(TORCH_213)
+    return site_packages(base)
+
+
 def fresh_venv(root: Path, torch_site: Path) -> Venv:
     if root.exists():
         shutil.rmtree(root)
@@ -77,8 +95,22 @@ def fresh_venv(root: Path, torch_site: Path) -> Venv:
 def install_wheel(venv: Venv, wheel: Path) -> None:
     subprocess.run([sys.executable, "-m", "pip", "--python", str(venv.python), "install", "--no-deps",
                     "--no-compile", "--disable-pip-version-check", "-q", str(wheel)], check=True)
-    for name in CHECKOUT_FILES:
-        shutil.copy2(REPO / "python" / "opkiln" / name, venv.package / name)
+    copy_checkout_guard(venv.package, REPO / "python" / "opkiln")
+
+
+def copy_checkout_guard(package: Path, sources: Path | None = None) -> None:
+    """This checkout's import guard into an installed ``package`` (as ``_kiln/``), and the package's own
+    ``CHECKOUT_FILES`` from ``sources`` when given."""
+    for name in CHECKOUT_FILES if sources else ():
+        shutil.copy2(sources / name, package / name)
+    for name in OLD_GUARD_FILES:
+        (package / name).unlink(missing_ok=True)
+    guard = package / "_kiln"
+    if guard.exists():
+        shutil.rmtree(guard)
+    guard.mkdir()
+    for source in sorted(GUARD.glob("*.py")):
+        shutil.copy2(source, guard / source.name)
 
 
 def extract_member(wheel: Path, suffix: str, dest: Path) -> Path:

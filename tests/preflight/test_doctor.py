@@ -67,7 +67,7 @@ def test_second_copy_planted_on_sys_path(good_venv, tmp_path, plant):
     assert rc == 1 and report["verdict"] == "fail"
     copies = report["other_copies"]
     if plant == "package":  # the planted copy wins the import; the installed one is then the other copy
-        assert report["opkiln_path"] == str(planted)
+        assert report["package_path"] == str(planted)
         assert {c["path"] for c in copies} >= {str(good_venv.package)}
     else:
         (lib,) = planted.glob("_C.*.so")
@@ -141,7 +141,7 @@ COVERAGE_CASES = [
 
 
 def test_arch_coverage_rules(good_venv):
-    script = ("import json, sys; from opkiln._doctor import coverage; "
+    script = ("import json, sys; from opkiln._kiln.doctor import coverage; "
               "print(json.dumps([coverage(c, m) for c, m, _ in json.loads(sys.argv[1])]))")
     proc = good_venv.run("-c", script, json.dumps(COVERAGE_CASES))
     assert proc.returncode == 0, proc.stderr

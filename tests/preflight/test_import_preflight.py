@@ -26,7 +26,7 @@ CATCH = (
     "try:\n"
     "    import opkiln\n"
     "except ImportError as exc:\n"
-    "    cls = sys.modules['opkiln._preflight'].OpkilnEnvironmentError\n"
+    "    cls = sys.modules['opkiln._kiln.preflight'].error_class()\n"
     "    print(json.dumps({'type': type(exc).__name__, 'is_env_error': isinstance(exc, cls),\n"
     "                      'problems': exc.problems, 'fix': exc.fix, 'loader_error': exc.loader_error}))\n"
 )

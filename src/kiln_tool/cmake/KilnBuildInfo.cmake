@@ -1,11 +1,14 @@
 # Build info shipped inside the wheel (<package>/_build_info.json), read by the package at import,
-# by `kiln audit` and by people. It records no absolute path and no time stamp. Plus a CycloneDX SBOM
-# of the toolchain, into the wheel's .dist-info/sboms/.
+# by `kiln audit` and by people. It records no absolute path and no time stamp. Beside it, kiln's import
+# guard (<package>/_kiln/: every .py of kiln_tool/guard, verbatim; docs/import-guard.md). Plus a
+# CycloneDX SBOM of the toolchain, into the wheel's .dist-info/sboms/.
 include_guard(GLOBAL)
 
 # kiln_write_build_info([SCHEMA_SOURCES <file>...] [DESTINATION <dir>])
 #   Writes the build info of the whole package once, at configure time (python -m kiln_tool.build_info),
-#   and installs it to DESTINATION (default: KILN_PACKAGE); writes the SBOM (python -m kiln_tool.sbom)
+#   and installs it to DESTINATION (default: KILN_PACKAGE), with the import guard in DESTINATION/_kiln/
+#   (it loads the libraries of every kiln_add_torch_library(), recorded as the build info's
+#   "targets"); writes the SBOM (python -m kiln_tool.sbom)
 #   and installs it to scikit-build-core's metadata folder. The op manifest comes from the
 #   SCHEMA_SOURCES of every kiln_add_torch_library() so far plus those given here.
 #   kiln_add_torch_library() schedules a call for the end of the configure directory; a project
@@ -47,6 +50,8 @@ function(kiln_write_build_info)
       --cuda-flags "${CMAKE_CUDA_FLAGS} ${CMAKE_CUDA_FLAGS_RELEASE} ${cmake_archs}")
   endif()
   get_property(suffix GLOBAL PROPERTY KILN_EXTENSION_SUFFIX)
+  get_property(targets GLOBAL PROPERTY KILN_LIBRARY_TARGETS)
+  list(JOIN targets " " targets)
   set(stable_args "")
   if(KILN_ABI_MODE STREQUAL "stable")
     list(APPEND stable_args --torch-min "${KILN_STABLE_TORCH_MIN}")
@@ -64,9 +69,14 @@ function(kiln_write_build_info)
          --cxx-flags "${CMAKE_CXX_FLAGS} ${CMAKE_CXX_FLAGS_RELEASE}"
          --cmake-version "${CMAKE_VERSION}"
          "--extension-suffix=${suffix}"
+         "--targets=${targets}"
          ${stable_args}
          ${cuda_args})
   install(FILES "${out}" DESTINATION "${destination}")
+  # The import guard: generated into the package (not a runtime dependency), so it always reads the build
+  # info format of the kiln that wrote it and needs nothing from an index.
+  install(DIRECTORY "${KILN_PYTHONPATH}/kiln_tool/guard/" DESTINATION "${destination}/_kiln"
+          FILES_MATCHING PATTERN "*.py" PATTERN "__pycache__" EXCLUDE)
   set_property(GLOBAL PROPERTY KILN_BUILD_INFO_WRITTEN ON)
   kiln_write_sbom("${out}")
 endfunction()

@@ -115,6 +115,8 @@ function(kiln_add_torch_library target)
     set_property(GLOBAL APPEND PROPERTY KILN_SCHEMA_SOURCES "${file}")
   endforeach()
   set_property(GLOBAL APPEND PROPERTY KILN_TORCH_LIBRARIES ${target})
+  # What the import guard loads, in this order: <path in the wheel without suffix>=<kind>.
+  set_property(GLOBAL APPEND PROPERTY KILN_LIBRARY_TARGETS "${destination}/${target}=${kind}")
   get_property(scheduled GLOBAL PROPERTY KILN_BUILD_INFO_SCHEDULED)
   if(NOT scheduled)
     get_property(root GLOBAL PROPERTY KILN_CONFIGURE_DIR)

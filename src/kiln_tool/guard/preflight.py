@@ -1,12 +1,12 @@
-"""Compare the embedded build info with the running environment before opkiln._C loads.
+"""Compare the package's build info with the running environment before its libraries load.
 
 A wheel loaded into the wrong environment fails deep inside the dynamic loader
 (``undefined symbol: _ZN3c10...``, ``libc10_cuda.so: cannot open shared object
 file``), or worse, loads and crashes. This module turns every such case into one
-:class:`OpkilnEnvironmentError` that says what the wheel was built for, what is
-installed, and the exact command that installs the right wheel.
+error (an ImportError named ``<Package>EnvironmentError``) that says what the wheel
+was built for, what is installed, and the exact command that installs the right wheel.
 
-It runs on every ``import opkiln``: stdlib only, no subprocess, and the facts
+It runs on every import of the package: stdlib only, no subprocess, and the facts
 about torch come from the already imported ``torch`` module.
 """
 
@@ -17,24 +17,21 @@ import re
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cache
 from importlib.machinery import EXTENSION_SUFFIXES
 from pathlib import Path
 from typing import Any
 
-SKIP_ENV = "OPKILN_SKIP_PREFLIGHT"
-INDEX_URL_ENV = "OPKILN_INDEX_URL"
-DEFAULT_INDEX_URL = "https://opkiln.github.io/wheels"
-DOCTOR_COMMAND = "python -m opkiln doctor"
-
-PACKAGE_DIR = Path(__file__).resolve().parent
+from .buildinfo import INDEX_URL_ENV, PACKAGE, SKIP_ENV, compiled_files, distribution, doctor_command
 
 
-class OpkilnEnvironmentError(ImportError):
-    """opkiln cannot work in this environment; the message says why and how to fix it.
+class GuardError(ImportError):
+    """The package cannot work in this environment; the message says why and how to fix it.
 
     Attributes: ``problems`` (one line each), ``built_for`` and ``installed``
-    (one-line summaries), ``fix`` (a shell command), ``loader_error`` (the raw
-    loader message when loading was attempted, else None).
+    (one-line summaries), ``fix`` (a shell command), ``fix_reason``, ``loader_error``
+    (the raw loader message when loading was attempted, else None). Raised as the
+    package's own subclass (:func:`error_class`), e.g. ``opkiln.OpkilnEnvironmentError``.
     """
 
     def __init__(self, headline: str, *, built_for: str, installed: str, problems: list[str], fix: str,
@@ -46,10 +43,10 @@ class OpkilnEnvironmentError(ImportError):
         self.fix = fix
         self.fix_reason = fix_reason
         self.loader_error = loader_error
-        super().__init__(self._render(), name="opkiln")
+        super().__init__(self._render(), name=PACKAGE)
 
     def _render(self) -> str:
-        import textwrap  # only on the error path: keeps `import opkiln` lean
+        import textwrap  # only on the error path: keeps the import lean
 
         width = 13
         lines = [self.headline, ""]
@@ -63,15 +60,28 @@ class OpkilnEnvironmentError(ImportError):
         lines.append(f"  {'fix:':<{width}}{self.fix_reason}")
         lines.append(f"  {'':<{width}}  {self.fix}")
         lines.append("")
-        lines.append(f"  More: `{DOCTOR_COMMAND}` checks this environment and prints the same fix.")
+        lines.append(f"  More: `{doctor_command()}` checks this environment and prints the same fix.")
         lines.append(f"  The index base URL comes from the wheel's build info; set {INDEX_URL_ENV} to use a mirror.")
         lines.append(f"  Experts: {SKIP_ENV}=1 skips these checks (a mismatched library may then crash).")
         return "\n".join(lines)
 
 
+@cache
+def error_class() -> type[GuardError]:
+    """The package's own error class, ``<Package>EnvironmentError`` in the package's module (``opkiln`` ->
+    ``opkiln.OpkilnEnvironmentError``): tracebacks show the name users catch."""
+    last = PACKAGE.rpartition(".")[2]
+    name = "".join(part[:1].upper() + part[1:] for part in re.split(r"[^A-Za-z0-9]+", last) if part)
+    name = f"{name or 'Package'}EnvironmentError"
+    cls = type(name, (GuardError,), {"__module__": PACKAGE, "__qualname__": name,
+                                     "__doc__": f"{PACKAGE} cannot work in this environment; the message says "
+                                                "why and how to fix it (see GuardError for the fields)."})
+    return cls
+
+
 @dataclass(frozen=True)
 class Environment:
-    """The running interpreter and torch, as far as loading opkiln._C is concerned."""
+    """The running interpreter and torch, as far as loading the package's libraries is concerned."""
 
     torch_version: str
     cuda: str | None
@@ -128,7 +138,7 @@ def running_python_tag() -> str:
 
 
 def current_environment() -> Environment:
-    """Facts about the running torch and Python. Imports torch (``import opkiln`` does anyway)."""
+    """Facts about the running torch and Python. Imports torch (the package does anyway)."""
     import torch
 
     abi = getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", None)
@@ -167,7 +177,7 @@ def describe_build(info: Mapping[str, Any]) -> str:
     parts = [torch_part, kernels, f"Python {info.get('python_tag')}"]
     if not is_stable(info):
         parts.append(f"C++11 ABI {_abi_text(info.get('cxx11_abi'))}")
-    return ", ".join(parts) + f"  [{info.get('project', 'opkiln')} {info.get('version')}]"
+    return ", ".join(parts) + f"  [{distribution(info)} {info.get('version')}]"
 
 
 def describe_environment(env: Environment) -> str:
@@ -178,25 +188,36 @@ def describe_environment(env: Environment) -> str:
 
 # The fix --------------------------------------------------------------------------------------
 
-def index_base_url(info: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> str:
+def index_base_url(info: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> str | None:
+    """${PREFIX}_INDEX_URL, else the build info's index_url; None when neither names one."""
     environ = os.environ if environ is None else environ
-    base = environ.get(INDEX_URL_ENV, "").strip() or str(info.get("index_url") or "") or DEFAULT_INDEX_URL
-    return base.rstrip("/")
+    base = environ.get(INDEX_URL_ENV, "").strip() or str(info.get("index_url") or "").strip()
+    return base.rstrip("/") or None
+
+
+def index_page_path(env: Environment) -> str:
+    """The page `kiln index`/`kiln release` write for this torch, relative to the site root:
+    ``<cuda tag>/torch<major.minor>/index.html`` (kiln_tool.index.combos.Combination.page)."""
+    return f"{env.cuda_tag}/torch{env.torch_major_minor}/index.html"
 
 
 def index_page_url(info: Mapping[str, Any], env: Environment, environ: Mapping[str, str] | None = None) -> str:
-    """The index page for the installed torch: ``<base>/<cuda tag>/torch<major.minor>/index.html``."""
-    return f"{index_base_url(info, environ)}/{env.cuda_tag}/torch{env.torch_major_minor}/index.html"
+    """The index page for the installed torch; ``${<PREFIX>_INDEX_URL}/...`` when no base URL is known."""
+    base = index_base_url(info, environ) or "${" + INDEX_URL_ENV + "}"
+    return f"{base}/{index_page_path(env)}"
 
 
 def install_command(info: Mapping[str, Any], env: Environment, environ: Mapping[str, str] | None = None) -> str:
-    # The uninstall matters: with any opkiln installed, a plain `pip install opkiln` is "already satisfied".
-    return f"pip uninstall -y opkiln && pip install opkiln -f {index_page_url(info, env, environ)}"
+    # The uninstall matters: with any build installed, a plain `pip install <dist>` is "already satisfied".
+    dist = distribution(info)
+    return f"pip uninstall -y {dist} && pip install {dist} -f {index_page_url(info, env, environ)}"
 
 
-def fix_reason(env: Environment) -> str:
+def fix_reason(info: Mapping[str, Any], env: Environment, environ: Mapping[str, str] | None = None) -> str:
     kind = f"CUDA {env.cuda}" if env.cuda else "CPU"
-    return f"install the opkiln wheel built for your torch ({kind}, torch {env.torch_major_minor}) here:"
+    where = "here:" if index_base_url(info, environ) else f"(this build names no index URL: set {INDEX_URL_ENV}):"
+    return (f"install the {distribution(info)} wheel built for your torch ({kind}, torch {env.torch_major_minor}) "
+            f"{where}")
 
 
 # The checks -----------------------------------------------------------------------------------
@@ -267,16 +288,16 @@ def advisories(info: Mapping[str, Any], env: Environment) -> list[str]:
     """Combinations that load and work, but probably not as the user meant (never raised on import)."""
     notes: list[str] = []
     if not info.get("cuda") and env.cuda:
-        notes.append(f"this opkiln has CPU kernels only, but torch {env.torch_version} has CUDA {env.cuda}: "
-                     "opkiln ops on CUDA tensors will fail")
+        notes.append(f"this {PACKAGE} has CPU kernels only, but torch {env.torch_version} has CUDA {env.cuda}: "
+                     f"{PACKAGE} ops on CUDA tensors will fail")
     return notes
 
 
 def environment_error(info: Mapping[str, Any], env: Environment, problems: list[str], headline: str,
-                      loader_error: str | None = None, fix: tuple[str, str] | None = None) -> OpkilnEnvironmentError:
+                      loader_error: str | None = None, fix: tuple[str, str] | None = None) -> GuardError:
     """The error for ``problems``; ``fix`` is (reason, command), by default: install the wheel for this torch."""
-    reason, command = fix or (fix_reason(env), install_command(info, env))
-    return OpkilnEnvironmentError(
+    reason, command = fix or (fix_reason(info, env), install_command(info, env))
+    return error_class()(
         headline,
         built_for=describe_build(info),
         installed=describe_environment(env),
@@ -290,8 +311,8 @@ def environment_error(info: Mapping[str, Any], env: Environment, problems: list[
 def check(info: Mapping[str, Any], env: Environment) -> None:
     problems = find_problems(info, env)
     if problems:
-        raise environment_error(info, env, problems,
-                                "opkiln cannot be imported: this opkiln wheel was built for a different environment.")
+        raise environment_error(info, env, problems, f"{PACKAGE} cannot be imported: this {distribution(info)} "
+                                                     "wheel was built for a different environment.")
 
 
 # After a failed load --------------------------------------------------------------------------
@@ -300,21 +321,16 @@ _MISSING_LIB_RE = re.compile(r"([\w.+-]+\.so(?:\.[\w.]+)?): cannot open shared o
 _UNDEFINED_RE = re.compile(r"undefined symbol: (\S+)")
 
 
-def compiled_libraries(package_dir: Path = PACKAGE_DIR) -> list[str]:
-    return sorted(p.name for p in package_dir.glob("_C.*") if p.suffix in {".so", ".pyd"} or ".so" in p.name)
-
-
-def explain_load_failure(exc: BaseException, info: Mapping[str, Any], env: Environment,
-                         package_dir: Path = PACKAGE_DIR) -> list[str]:
-    """One or more plain sentences for an exception raised while importing opkiln._C."""
+def explain_load_failure(exc: BaseException, info: Mapping[str, Any], env: Environment, library: str) -> list[str]:
+    """One or more plain sentences for an exception raised while loading ``library`` (``opkiln/_C``)."""
     text = str(exc)
-    if isinstance(exc, ModuleNotFoundError) and (exc.name or "").endswith("_C"):
-        found = compiled_libraries(package_dir)
+    if isinstance(exc, (ModuleNotFoundError, FileNotFoundError)) or "no such library file" in text:
+        found = [p.name for p in compiled_files(info) if p.name.split(".", 1)[0] == Path(library).name]
         if found:
-            return [f"opkiln's compiled library is there ({', '.join(found)}) but this Python "
+            return [f"{PACKAGE}'s compiled library is there ({', '.join(found)}) but this Python "
                     f"({env.python_tag}) cannot load a library with that name: it belongs to another Python"]
-        return [f"opkiln's compiled library (opkiln/_C.*.so) is missing from {package_dir}: the install is "
-                "incomplete or this is a source checkout"]
+        return [f"{PACKAGE}'s compiled library ({library}.*.so) is missing: the install is incomplete or this is a "
+                "source checkout"]
     missing_lib = _MISSING_LIB_RE.search(text)
     if missing_lib:
         lib = missing_lib.group(1)
@@ -332,5 +348,6 @@ def loader_error_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-# Tracebacks show the public name, under which users catch it.
-OpkilnEnvironmentError.__module__ = "opkiln"
+__all__ = ["INDEX_URL_ENV", "SKIP_ENV", "Environment", "GuardError", "check", "current_environment",
+           "environment_error", "error_class", "find_problems", "index_page_url", "install_command",
+           "skip_requested"]

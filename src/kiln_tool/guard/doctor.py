@@ -1,18 +1,18 @@
-"""``python -m opkiln doctor``: everything users otherwise collect by hand, a verdict and the exact fix.
+"""``python -m <package>._kiln doctor``: everything users otherwise collect by hand, a verdict and the exact fix.
 
-Runs in the user's environment, also when ``import opkiln`` fails: the package
-``__init__`` hands its error over instead of raising when it runs as
-``python -m opkiln`` (see ``__init__._doctor_requested``). The library is never
-loaded here when the preflight found a problem, so doctor cannot crash on it.
+Runs in the user's environment, also when importing the package fails: under
+``python -m <package>[._kiln] doctor`` the guard's ``load`` hands its error over
+to the doctor instead of raising (see ``guard.doctor_requested``). The libraries
+are never loaded here when the preflight found a problem, so doctor cannot crash on it.
 
 ``--json`` prints one object (``schema`` = JSON_SCHEMA):
   verdict ("ok" | "warn" | "fail"), summary, fix (first command or null), fixes,
   checks: [{name, status ("ok" | "info" | "warn" | "fail"), value, detail: [str], fix}],
   python, platform, torch (version, cuda, cudnn, cxx11_abi, gpus: [{index, name,
-  capability, sm}]), driver, build_info (the wheel's, verbatim), opkiln_path,
+  capability, sm}]), driver, build_info (the wheel's, verbatim), package, package_path,
   index_page, preflight {problems, advisories, skipped_by_env}, load_error (the raw
   loader message, or null), import_error, ops {manifest, registered, missing},
-  fatbin {source, sass, ptx, build_info_archs} and gpu_coverage (CUDA builds),
+  fatbin {source, sass, ptx, build_info_archs, libraries} and gpu_coverage (CUDA builds),
   other_copies, library_path {LD_LIBRARY_PATH, LD_PRELOAD, shadows}, customize, env.
 Exit status: 1 when the verdict is "fail", else 0.
 """
@@ -33,10 +33,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import _preflight
+from . import preflight as _preflight
+from .buildinfo import PACKAGE, PACKAGE_DIR, compiled_files, distribution, module_name, targets
 
 JSON_SCHEMA = 1
-SOURCE_URL = "https://github.com/opkiln/opkiln"
 PYTORCH_INDEX = "https://download.pytorch.org/whl"
 OK, INFO, WARN, FAIL = "ok", "info", "warn", "fail"
 _RANK = {OK: 0, INFO: 0, WARN: 1, FAIL: 2}
@@ -130,7 +130,7 @@ def torch_facts() -> dict[str, Any]:
     return facts
 
 
-# The fatbin manifest of _C --------------------------------------------------------------------
+# The fatbin manifest of a library --------------------------------------------------------------------
 
 _FATBIN_MAGIC = 0xBA55ED50
 _KIND_PTX, _KIND_CUBIN = 1, 2
@@ -260,33 +260,39 @@ def search_roots() -> list[Path]:
     return result
 
 
-def other_copies(package_dir: Path, roots: Iterable[Path]) -> list[dict[str, str]]:
-    """opkiln packages, stray opkiln/_C libraries and extra dist-infos besides the package in use."""
+def other_copies(package_dir: Path, roots: Iterable[Path], stems: Iterable[str] = ("_C",),
+                 dist: str = PACKAGE) -> list[dict[str, str]]:
+    """Other copies of the package, stray copies of its libraries (file stems ``stems``) and extra dist-infos
+    besides the package in use."""
     package_dir = package_dir.resolve()
+    rel = Path(*PACKAGE.split("."))
     found: list[dict[str, str]] = []
     dist_infos: list[Path] = []
+    stems = sorted(set(stems))
+    dist_glob = dist.replace("-", "_")
     for root in roots:
-        candidate = root / "opkiln"
+        candidate = root / rel
         if candidate.is_dir() and candidate.resolve() != package_dir:
-            libs = sorted(candidate.glob("_C*.so"))
+            libs = sorted(lib for stem in stems for lib in candidate.glob(f"{stem}.*so"))
             if (candidate / "__init__.py").exists():
                 found.append({"path": str(candidate), "kind": "package",
-                              "detail": "another opkiln package" + (f" with {libs[0].name}" if libs else "")})
+                              "detail": f"another {PACKAGE} package" + (f" with {libs[0].name}" if libs else "")})
             else:
-                found.extend({"path": str(lib), "kind": "library", "detail": "a stray copy of opkiln's _C"}
-                             for lib in libs)
-        for lib in sorted(root.glob("_C*.so")):
+                found.extend({"path": str(lib), "kind": "library",
+                              "detail": f"a stray copy of {PACKAGE}'s {lib.name.split('.', 1)[0]}"} for lib in libs)
+        for lib in sorted(lib for stem in stems for lib in root.glob(f"{stem}.*so")):
             try:
-                if b"opkiln" in lib.read_bytes():
-                    found.append({"path": str(lib), "kind": "library", "detail": "a copy of opkiln's _C"})
+                if PACKAGE.encode() in lib.read_bytes():
+                    found.append({"path": str(lib), "kind": "library",
+                                  "detail": f"a copy of {PACKAGE}'s {lib.name.split('.', 1)[0]}"})
             except OSError:
                 pass
-        dist_infos.extend(sorted(root.glob("opkiln-*.dist-info")))
-        dist_infos.extend(sorted(root.glob("__editable__*opkiln*")))
-    ours = package_dir.parent
-    for dist in dict.fromkeys(d.resolve() for d in dist_infos):
-        if dist.parent != ours:
-            found.append({"path": str(dist), "kind": "install", "detail": "opkiln installed in another location"})
+        dist_infos.extend(sorted(root.glob(f"{dist_glob}-*.dist-info")))
+        dist_infos.extend(sorted(root.glob(f"__editable__*{dist_glob}*")))
+    ours = package_dir.parents[PACKAGE.count(".")]
+    for info in dict.fromkeys(d.resolve() for d in dist_infos):
+        if info.parent != ours:
+            found.append({"path": str(info), "kind": "install", "detail": f"{dist} installed in another location"})
     return found
 
 
@@ -347,20 +353,21 @@ def customize_hooks() -> list[dict[str, str]]:
 # The report -----------------------------------------------------------------------------------
 
 def _registered_ops(manifest: list[str]) -> tuple[list[str], list[str]]:
-    from ._loader import missing_ops
+    from .loader import missing_ops
 
     missing = missing_ops(manifest)
     return [op for op in manifest if op not in missing], missing
 
 
 def collect(package_error: BaseException | None = None, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """Gather every fact and check. ``package_error`` is what ``import opkiln`` raised, if it did."""
-    from ._build_info import BuildInfoMissing, build_info
+    """Gather every fact and check. ``package_error`` is what importing the package raised, if it did."""
+    from .buildinfo import BuildInfoMissing, build_info
 
     environ = os.environ if environ is None else environ
-    package_dir = _preflight.PACKAGE_DIR
+    package_dir = PACKAGE_DIR
     checks: list[Check] = []
-    report: dict[str, Any] = {"schema": JSON_SCHEMA, "opkiln_path": str(package_dir), "index_page": None,
+    report: dict[str, Any] = {"schema": JSON_SCHEMA, "package": PACKAGE, "package_path": str(package_dir),
+                              "index_page": None,
                               "preflight": None, "load_error": None, "import_error": None, "ops": None,
                               "fatbin": None, "gpu_coverage": []}
 
@@ -390,7 +397,7 @@ def collect(package_error: BaseException | None = None, environ: Mapping[str, st
     except (BuildInfoMissing, ValueError) as exc:
         info = None
         checks.append(Check("build info", FAIL, "missing", [str(exc)],
-                            "pip install --force-reinstall --no-deps opkiln  (from the index page for your torch)"))
+                            f"pip install --force-reinstall --no-deps {PACKAGE}  (from the index page for your torch)"))
     report["build_info"] = info
     if info is not None and not tf["importable"]:
         checks[[c.name for c in checks].index("torch")].fix = torch_install_command(info)
@@ -398,7 +405,7 @@ def collect(package_error: BaseException | None = None, environ: Mapping[str, st
     env = _preflight.current_environment() if tf["importable"] else None
     fix_command = None
     if info is not None:
-        checks.append(Check("opkiln build", INFO, _preflight.describe_build(info),
+        checks.append(Check(f"{PACKAGE} build", INFO, _preflight.describe_build(info),
                             [f"commit {info.get('git_commit')}, source {str(info.get('source_hash'))[:12]}",
                              f"at {package_dir}"]))
     if info is not None and env is not None:
@@ -418,9 +425,10 @@ def collect(package_error: BaseException | None = None, environ: Mapping[str, st
         report["import_error"] = str(package_error)
     if (info is None or env is None) and package_error is not None:
         report["load_error"] = f"{type(package_error).__name__}: {package_error}"
-        checks.append(Check("import opkiln", FAIL, "failed", [report["load_error"]]))
+        checks.append(Check(f"import {PACKAGE}", FAIL, "failed", [report["load_error"]]))
 
-    copies = other_copies(package_dir, search_roots())
+    stems = [Path(path).name for path, _ in targets(info or {})]
+    copies = other_copies(package_dir, search_roots(), stems, distribution(info or {}))
     report["other_copies"] = copies
     checks.append(Check("other copies", FAIL if copies else OK,
                         f"{len(copies)} found" if copies else "none",
@@ -463,27 +471,30 @@ def collect(package_error: BaseException | None = None, environ: Mapping[str, st
 
 def _check_load(checks: list[Check], report: dict[str, Any], info: Mapping[str, Any], env: _preflight.Environment,
                 problems: list[str], package_error: BaseException | None, fix: str) -> None:
+    from .loader import is_loaded
+
     manifest = list(info.get("ops", []))
     report["ops"] = {"manifest": manifest, "registered": [], "missing": manifest}
     report["load_error"] = None
-    loaded = "opkiln._C" in sys.modules
+    declared = targets(info)
+    name = "load " + ", ".join(module_name(path) for path, _ in declared)
+    loaded = all(is_loaded(path, kind) for path, kind in declared)
     if package_error is not None and not loaded:
         raw = getattr(package_error, "loader_error", None)
-        if raw is None and not isinstance(package_error, _preflight.OpkilnEnvironmentError):
+        if raw is None and not isinstance(package_error, _preflight.GuardError):
             raw = f"{type(package_error).__name__}: {package_error}"
         report["load_error"] = raw
-        if isinstance(package_error, _preflight.OpkilnEnvironmentError) and raw is None and problems:
-            checks.append(Check("load opkiln._C", INFO, "not attempted: the preflight found a mismatch"))
+        if isinstance(package_error, _preflight.GuardError) and raw is None and problems:
+            checks.append(Check(name, INFO, "not attempted: the preflight found a mismatch"))
         else:
             reasons = list(getattr(package_error, "problems", None) or [])
-            checks.append(Check("load opkiln._C", FAIL, "failed", [*reasons, f"loader said: {report['load_error']}"],
-                                fix))
+            checks.append(Check(name, FAIL, "failed", [*reasons, f"loader said: {report['load_error']}"], fix))
         return
     if problems:
-        # Only reachable with OPKILN_SKIP_PREFLIGHT=1: opkiln imported despite the mismatch.
-        checks.append(Check("load opkiln._C", WARN, f"loaded despite the mismatch ({_preflight.SKIP_ENV}=1)"))
+        # Only reachable with <PREFIX>_SKIP_PREFLIGHT=1: the package imported despite the mismatch.
+        checks.append(Check(name, WARN, f"loaded despite the mismatch ({_preflight.SKIP_ENV}=1)"))
     else:
-        checks.append(Check("load opkiln._C", OK, "loaded"))
+        checks.append(Check(name, OK, "loaded"))
     registered, missing = _registered_ops(manifest)
     report["ops"] = {"manifest": manifest, "registered": registered, "missing": missing}
     checks.append(Check("registered ops", FAIL if missing else OK,
@@ -496,13 +507,19 @@ def _check_gpu_archs(checks: list[Check], report: dict[str, Any], info: Mapping[
     if not info.get("cuda"):
         report["fatbin"] = None
         return
-    libs = _preflight.compiled_libraries(package_dir)
-    manifest = fatbin_manifest(package_dir / libs[0]) if libs else None
+    per_library = {str(lib.name): fatbin_manifest(lib) for lib in compiled_files(info)}
+    found = {lib: m for lib, m in per_library.items() if m is not None and (m["sass"] or m["ptx"])}
     declared = manifest_from_build_info(info.get("cuda_archs", []))
     source = "fatbin"
-    if manifest is None:
+    if found:
+        # A GPU runs the package when it runs every library with kernels: the archs all of them carry.
+        sass = set.intersection(*(set(m["sass"]) for m in found.values()))
+        ptx = set.intersection(*(set(m["ptx"]) for m in found.values()))
+        manifest = {"sass": sorted(sass, key=_sm_key), "ptx": sorted(ptx, key=_sm_key)}
+    else:
         manifest, source = declared, "build info"
-    report["fatbin"] = {"source": source, **manifest, "build_info_archs": list(info.get("cuda_archs", []))}
+    report["fatbin"] = {"source": source, **manifest, "build_info_archs": list(info.get("cuda_archs", [])),
+                        "libraries": found}
     detail = [f"SASS: {', '.join('sm_' + s for s in manifest['sass']) or 'none'}; "
               f"PTX: {', '.join('compute_' + s for s in manifest['ptx']) or 'none'} (from the {source})"]
     status = OK
@@ -518,15 +535,15 @@ def _check_gpu_archs(checks: list[Check], report: dict[str, Any], info: Mapping[
         detail.append(f"cuda:{gpu['index']} {gpu['name']} ({gpu['sm']}): " + (how or "NOT COVERED"))
         if how is None:
             status = FAIL
-            fix = (f"git clone {SOURCE_URL} && KILN_CUDA_ARCHS=\"{gpu['capability']}\" "
-                   "pip install --no-build-isolation ./opkiln  (a build for this GPU)")
+            fix = (f"KILN_CUDA_ARCHS=\"{gpu['capability']}\" kiln wheels  (in {distribution(info)}'s source "
+                   "checkout: a build for this GPU)")
     value = "no GPU visible" if not tf.get("gpus") else ("all GPUs covered" if status != FAIL else "GPU not covered")
     checks.append(Check("GPU arch coverage", status, value, detail, fix))
 
 
 def _summary(verdict: str, checks: list[Check]) -> str:
     if verdict == OK:
-        return "opkiln is correctly installed for this environment."
+        return f"{PACKAGE} is correctly installed for this environment."
     bad = [c.name for c in checks if c.status == verdict]
     word = "problem" if verdict == FAIL else "warning"
     return f"{len(bad)} {word}{'s' if len(bad) != 1 else ''}: {', '.join(bad)}."
@@ -546,7 +563,7 @@ def render(report: Mapping[str, Any]) -> str:
     indent = " " * (widths[0] + widths[1] + 4)
     for check, (status, name, value) in zip(report["checks"], rows, strict=True):
         lines.append(f"{status:<{widths[0]}}  {name:<{widths[1]}}  {value}")
-        full = check["status"] in (WARN, FAIL) or check["name"] in ("opkiln build", "GPU arch coverage")
+        full = check["status"] in (WARN, FAIL) or check["name"] in (f"{PACKAGE} build", "GPU arch coverage")
         show = check["detail"] if full else check["detail"][:1]
         lines.extend(f"{indent}{d}" for d in show)
     lines.append("")
