@@ -421,6 +421,7 @@ def github_entry(matrix: Matrix, job: MatrixJob) -> dict[str, str]:
         "cuda": cuda or "",
         "cuda_archs": "" if cuda is None else ";".join(arch_list(matrix, cuda, job.platform)),
         "test_torch": " ".join(job.test_torch),
+        "floor": matrix.manylinux_floor,
     }
 
 

@@ -1,4 +1,5 @@
-"""cibuildwheel, under the environment each wheels.yml job gets, selects exactly the matrix's identifiers."""
+"""cibuildwheel, under the environment each build job of kiln.yml (the reusable workflow wheels.yml and release.yml
+call) gets, selects exactly the matrix's identifiers."""
 
 from __future__ import annotations
 
@@ -19,12 +20,12 @@ CIBUILDWHEEL = Path(sys.executable).parent / "cibuildwheel"
 
 
 def _job_environments() -> list[tuple[str, dict[str, str], tuple[str, ...]]]:
-    env_template: dict[str, str] = workflow("wheels.yml")["jobs"]["build"]["env"]
+    env_template: dict[str, str] = workflow("kiln.yml")["jobs"]["build"]["env"]
     matrix = matrix_data.load()
     cases = []
     for mode in matrix_data.MODES:
         for entry in matrix_data.github_matrix(matrix, matrix_data.build_jobs(matrix, mode))["include"]:
-            context = {"matrix": entry, "github": {"workspace": "/work"}, "inputs": {}}
+            context = {"matrix": entry, "github": {"workspace": "/work"}, "inputs": {"project-dir": "."}}
             env = {key: substitute(str(value), context) for key, value in env_template.items()}
             cases.append((entry["name"], env, tuple(entry["build"].split())))
     return cases
@@ -65,7 +66,7 @@ def test_every_job_environment_selects_exactly_its_identifiers() -> None:
 
 def test_cibw_variables_in_workflows_are_per_job_only() -> None:
     """Shared cibuildwheel settings live in pyproject.toml; a workflow sets CIBW_* only from the job's values."""
-    for name in ("wheels.yml", "ci.yml", "release.yml"):
+    for name in ("kiln.yml", "wheels.yml", "ci.yml", "release.yml"):
         wf = workflow(name)
         scopes = [wf.get("env", {})] + [job.get("env", {}) for job in wf["jobs"].values()]
         scopes += [step.get("env", {}) for job in wf["jobs"].values() for step in job.get("steps", [])]
@@ -89,7 +90,7 @@ def test_the_shared_selection_excludes_musllinux_and_free_threading() -> None:
 @pytest.mark.parametrize("mode", matrix_data.MODES)
 def test_matrix_env_references_exist_in_every_entry(mode: str) -> None:
     """A `${{ matrix.X }}` that the matrix lacks would silently be empty on GitHub."""
-    build = workflow("wheels.yml")["jobs"]["build"]
+    build = workflow("kiln.yml")["jobs"]["build"]
     text = repr(build)
     referenced = {m.group(1).split(".", 1)[1] for m in EXPRESSION.finditer(text) if m.group(1).startswith("matrix.")}
     matrix = matrix_data.load()

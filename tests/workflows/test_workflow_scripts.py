@@ -3,6 +3,7 @@ given there, and runs in this test suite."""
 
 from __future__ import annotations
 
+import argparse
 import re
 import shlex
 
@@ -11,7 +12,8 @@ import pytest
 from kiln_tool import cli
 from workflows.workflow_files import REPO, run_scripts
 
-KILN_CALL = re.compile(r"scripts/kiln\s+([^\n;&|<>)]*)")
+# `scripts/kiln ...` (this tree's kiln) or `kiln ...` (the installed console script, in kiln.yml).
+KILN_CALL = re.compile(r"(?:^|(?<=[\s;&|(\"/]))(?:scripts/)?kiln\s+((?:-C\s+\S+\s+)?[a-z][^\n;&|<>)]*)", re.M)
 REPO_SCRIPT = re.compile(r"(?<![\w./-])((?:scripts|tools)/[\w./-]+\.(?:py|cjs|sh))\b")
 MAKE_CALL = re.compile(r"(?<![\w-])make\s+([\w-]+)")
 
@@ -24,6 +26,7 @@ RUN_BY = {
     "scripts/kiln torch-abi": "tests/workflows/test_release_pipeline.py",
     "scripts/kiln release": "tests/workflows/test_release_pipeline.py",
     "scripts/kiln torch-runtime": "tests/containers/test_torch_runtime.py",
+    "scripts/kiln cibuildwheel": "tests/workflows/test_reusable_workflow.py",
     "tools/fetch_published_site.py": "tests/workflows/test_release_pipeline.py",
     "tools/verify_published.py": "tests/index/test_verify_published.py",
     "tools/actionlint/lint.cjs": "tests/workflows/test_workflow_lint.py",
@@ -36,6 +39,10 @@ def _calls() -> list[tuple[str, str, list[str]]]:
     calls = []
     for where, text in run_scripts():
         for match in KILN_CALL.finditer(text):
+            before = text[:match.start()].rsplit("\n", 1)[-1].rstrip()
+            bare = not match.group(0).startswith("scripts/")
+            if bare and before and not before.endswith(("(", ";", "&", "|", "do", "then")):
+                continue  # the word kiln in a message, not a command
             words = shlex.split(match.group(1).replace("\\\n", " "))
             while words and words[0] == "-C":  # kiln's global option: the project's folder
                 words = words[2:]
@@ -86,6 +93,11 @@ def test_kiln_accepts_the_arguments_the_workflows_pass(where: str, script: str, 
     assert command in cli.COMMANDS, f"{where}: kiln has no command {command!r}"
     words = [w for w in map(_placeholder, arguments) if w is not None]
     parser = cli.build_parser(command)
+    # A placeholder given to an option with choices (--mode "$mode") stands for one of them.
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[command]
+    choices = {o: a.choices for a in sub._actions if a.choices for o in a.option_strings}
+    words = [next(iter(choices[words[i - 1]])) if w == "PLACEHOLDER" and i and words[i - 1] in choices else w
+             for i, w in enumerate(words)]
     try:
         args = parser.parse_args([command, *words])
     except SystemExit as exc:

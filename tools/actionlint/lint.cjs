@@ -26,7 +26,6 @@ async function main(files) {
     console.error("usage: lint.cjs WORKFLOW.yml...");
     return 2;
   }
-  const lint = await createLinter();
   let findings = 0;
   let stale = 0;
   for (const file of files) {
@@ -37,6 +36,9 @@ async function main(files) {
       console.error(`lint.cjs: cannot read ${file}: ${err.message}`);
       return 2;
     }
+    // A fresh instance per file: one wasm instance linting several large workflows runs out of its
+    // memory and traps ("RuntimeError: unreachable").
+    const lint = await createLinter();
     for (const r of lint(text, file)) {
       if (isStale(r)) {
         stale += 1;

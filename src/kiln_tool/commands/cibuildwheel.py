@@ -8,6 +8,8 @@
     kiln cibuildwheel --base standin          never try to pull the real manylinux_2_28 image
     kiln cibuildwheel --print-config          the [tool.cibuildwheel] table kiln builds this project with (TOML)
     kiln cibuildwheel --check-config          one line per way the project's table fails kiln; exit 2 if any
+    kiln cibuildwheel --write-config FILE     cibuildwheel's config option for the project: the generated table
+                                              in FILE when it has none (a CI job: python -m cibuildwheel $(...))
     kiln cibuildwheel --install-build-requirements
                                               (before-build, in the build's Python) kiln's toolchain or the
                                               backend's build requirements, for a build without isolation
@@ -63,6 +65,10 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     mode.add_argument("--check-config", action="store_true",
                       help="instead: check the project's [tool.cibuildwheel] table; one line per problem, exit 2 "
                       "if any, 0 when it holds")
+    mode.add_argument("--write-config", type=Path, metavar="FILE",
+                      help="instead (a CI job before cibuildwheel): when the project has no [tool.cibuildwheel], "
+                      "write the generated one to FILE and print `--config-file FILE`; print nothing when its own "
+                      "table holds; exit 2, one line per problem, when it fails kiln")
     mode.add_argument("--install-build-requirements", action="store_true",
                       help="instead (before-build, in the build's Python): install what a build without isolation "
                       "needs: kiln's hash-locked toolchain, or the backend's [build-system] requires")
@@ -104,6 +110,27 @@ def _config(args: argparse.Namespace, project: Any) -> int:
     return 0
 
 
+def _write_config(target: Path, project: Any) -> int:
+    from kiln_tool.containers.cibw import ConfigRefused, cibuildwheel_config_args
+    from kiln_tool.matrix_data import MatrixError
+    from kiln_tool.matrix_data import load as load_matrix
+
+    target = target.resolve()
+    if target.is_dir() or not target.parent.is_dir():
+        print(f"kiln cibuildwheel: --write-config {target}: not a file in an existing folder", file=sys.stderr)
+        return 2
+    try:
+        args = cibuildwheel_config_args(project, load_matrix(project.matrix_file), target.parent)
+    except (ConfigRefused, MatrixError) as exc:
+        print(f"kiln cibuildwheel: {exc}", file=sys.stderr)
+        return 2
+    if args:
+        written = Path(args[1])
+        written.replace(target)
+        print(f"--config-file {target}")
+    return 0
+
+
 def _install_build_requirements(project: Any) -> int:
     import subprocess
 
@@ -140,6 +167,8 @@ def execute(args: argparse.Namespace) -> int:
         return _config(args, project)
     if args.install_build_requirements:
         return _install_build_requirements(project)
+    if args.write_config:
+        return _write_config(args.write_config, project)
     started = time.monotonic()
     try:
         missing = [str(w) for w in args.kiln_wheel if not w.is_file() or not w.name.startswith("torch_kiln-")]

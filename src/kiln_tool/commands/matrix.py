@@ -19,6 +19,10 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     what.add_argument("--counts", action="store_true", help="jobs and wheels of both modes over the full matrix")
     what.add_argument("--docker-args", nargs=2, metavar=("VARIANT", "PLATFORM"),
                       help="docker build arguments of docker/Dockerfile, one per line")
+    what.add_argument("--package", action="store_true",
+                      help="the project's import package ([tool.kiln] package), for a CI step that imports the wheel")
+    what.add_argument("--docker-context", action="store_true",
+                      help="the folder of kiln's Dockerfile (the build context of `docker build`)")
     parser.add_argument("--mode", choices=("torch", "stable"), default="torch",
                         help="torch: a wheel per torch minor and Python (default); stable: one cp310-abi3 wheel "
                              "per CUDA variant and platform")
@@ -60,6 +64,18 @@ def execute(args: argparse.Namespace) -> int:
         matrix = load(args.file or (project.matrix_file if project is not None else MATRIX_FILE))
         if args.docker_args:
             print("\n".join(docker_build_args(matrix, *args.docker_args)))
+            return 0
+        if args.package:
+            if project is None:
+                print("kiln matrix: --package: no [tool.kiln] table here (kiln -C DIR for another folder)",
+                      file=sys.stderr)
+                return 2
+            print(project.package)
+            return 0
+        if args.docker_context:
+            from ..resources import data_path
+
+            print(data_path("docker"))
             return 0
         if args.counts:
             counts = build_counts(matrix)
