@@ -8,6 +8,7 @@
 // it with a clear error before any kernel runs (facade/rois.h: check_batch_index).
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 
@@ -22,6 +23,17 @@ constexpr std::int64_t kRoiColumns = 5;
 template <typename Acc>
 OPKILN_HD bool batch_index_valid(Acc v, std::int64_t batch) {
   return v > Acc(-1) && v < static_cast<Acc>(batch);
+}
+
+// round(v) as torchvision's int conversion of a rounded coordinate (roi_pool, ps_roi_pool): half away
+// from zero as std::round, kept in +-2^30 so that no later sum overflows (NaN: 0; torchvision's int
+// conversion of such values is undefined).
+template <typename Acc>
+OPKILN_HD std::int64_t round_pixel(Acc v) {
+  const Acc limit = Acc(1 << 30);
+  if (!(v == v)) return 0;
+  const Acc r = std::round(v);
+  return static_cast<std::int64_t>(r < -limit ? -limit : (r > limit ? limit : r));
 }
 
 // The sizes an RoI op's kernels share: features [N, C, H, W], rois [K, 5], a pooled output

@@ -10,16 +10,6 @@
 
 namespace opkiln::kernels::roi_pool_bins {
 
-// A pixel coordinate from round(v): half away from zero as std::round, kept in +-2^30 so that
-// no later sum overflows (NaN: 0; torchvision's int conversion of such values is undefined).
-template <typename Acc>
-OPKILN_HD std::int64_t pixel(Acc v) {
-  const Acc limit = Acc(1 << 30);
-  if (!(v == v)) return 0;
-  const Acc r = std::round(v);
-  return static_cast<std::int64_t>(r < -limit ? -limit : (r > limit ? limit : r));
-}
-
 template <typename Acc>
 struct Roi {
   bool valid = false;  // the batch index is in range
@@ -36,10 +26,10 @@ OPKILN_HD Roi<Acc> make_roi(Acc b, Acc x1, Acc y1, Acc x2, Acc y2, Acc scale, st
   if (!batch_index_valid(b, batch)) return roi;
   roi.valid = true;
   roi.batch = static_cast<std::int64_t>(b);
-  roi.x0 = pixel(x1 * scale);
-  roi.y0 = pixel(y1 * scale);
-  const std::int64_t w = pixel(x2 * scale) - roi.x0 + 1;
-  const std::int64_t h = pixel(y2 * scale) - roi.y0 + 1;
+  roi.x0 = round_pixel(x1 * scale);
+  roi.y0 = round_pixel(y1 * scale);
+  const std::int64_t w = round_pixel(x2 * scale) - roi.x0 + 1;
+  const std::int64_t h = round_pixel(y2 * scale) - roi.y0 + 1;
   roi.bin_w = round(static_cast<Acc>(w > 1 ? w : 1) / static_cast<Acc>(pooled_width));
   roi.bin_h = round(static_cast<Acc>(h > 1 ? h : 1) / static_cast<Acc>(pooled_height));
   return roi;

@@ -18,14 +18,20 @@ Operators (all in the ``torch.ops.opkiln`` namespace, schemas in ops/<op>/bindin
   kernel, returning ``(output, argmax)``; autograd here calls the internal
   ``_roi_pool_backward`` through argmax (differentiable in ``input``; no double backward).
 
-The detection ops' Python API (``nms``, ``batched_nms``, ``roi_align``,
-``RoIAlign``, ``roi_pool``, ``RoIPool``) takes exactly ``torchvision.ops``' signatures and input forms, so
-``from opkiln import ops`` can stand in for ``from torchvision import ops`` for
-these names; the registered ops keep their schemas. Autocast (CPU and CUDA) casts
-as torchvision's does; quantized tensors are refused with the dequantize
-workaround in the message. docs/torchvision-compat.md lists what still differs.
+- ``ps_roi_align(input, rois, spatial_scale, pooled_height, pooled_width, sampling_ratio)`` and
+  ``ps_roi_pool(input, rois, spatial_scale, pooled_height, pooled_width)``: torchvision's
+  position-sensitive kernels, returning ``(output, channel_mapping)``; autograd here calls
+  ``_ps_roi_align_backward`` / ``_ps_roi_pool_backward`` (differentiable in ``input``; no double
+  backward). One registration serves both (``_register_position_sensitive``).
 
-Errors have the same type and message in both ABI modes: RuntimeError (shapes,
+The detection ops' Python API (``nms``, ``batched_nms``, ``roi_align``, ``RoIAlign``, ``roi_pool``,
+``RoIPool``, ``ps_roi_align``, ``PSRoIAlign``, ``ps_roi_pool``, ``PSRoIPool``) takes exactly
+``torchvision.ops``' signatures and input forms, so ``from opkiln import ops`` can stand in for
+``from torchvision import ops`` for these names; the registered ops keep their schemas. The
+functional forms are ``torch.fx.wrap``-ped, as torchvision's are: a symbolic trace of a model using
+the classes shows one call per layer. Autocast (CPU and CUDA) casts as torchvision's does; quantized
+tensors are refused with the dequantize workaround in the message. docs/torchvision-compat.md lists
+what still differs. Errors have the same type and message in both ABI modes: RuntimeError (shapes,
 dtypes, devices), ValueError (a bad value), NotImplementedError (quantized).
 """
 
@@ -37,7 +43,8 @@ import torch.fx
 from torch import Tensor, nn
 from torch.jit.annotations import BroadcastingList2
 
-__all__ = ["RoIAlign", "RoIPool", "batched_nms", "nms", "rms_norm", "roi_align", "roi_pool", "weighted_sum"]
+__all__ = ["PSRoIAlign", "PSRoIPool", "RoIAlign", "RoIPool", "batched_nms", "nms", "ps_roi_align", "ps_roi_pool",
+           "rms_norm", "roi_align", "roi_pool", "weighted_sum"]
 
 _FLOAT_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 
@@ -564,3 +571,152 @@ def _roi_pool_double_backward(ctx: Any, *grads: Tensor) -> tuple[None, ...]:
 
 
 torch.library.register_autograd("opkiln::_roi_pool_backward", _roi_pool_double_backward, setup_context=_no_setup)
+
+
+# ---------------------------------------------------------------------------- ps_roi_align, ps_roi_pool
+# The position-sensitive RoI ops (ops/common/ps_roi.h): input channels C = C_out * PH * PW; output
+# and channel_mapping [K, C_out, PH, PW]. One registration serves both: their schemas differ only
+# in the parameters after rois (ps_roi_align adds sampling_ratio).
+
+
+@torch.fx.wrap
+def ps_roi_align(input: Tensor, boxes: Tensor, output_size: int, spatial_scale: float = 1.0,
+                 sampling_ratio: int = -1) -> Tensor:
+    """Position-sensitive RoIAlign: ``torchvision.ops.ps_roi_align(input, boxes, output_size, spatial_scale,
+    sampling_ratio)``.
+
+    ``input`` is ``[N, C, H, W]`` with C a multiple of ``height * width`` of ``output_size`` (an int or
+    ``(height, width)``); ``boxes`` a ``[K, 5]`` tensor of rows ``(batch index, x1, y1, x2, y2)`` or a list
+    (or tuple) of ``[L_i, 4]`` tensors, as :func:`roi_align`. Returns ``[K, C / (height * width), height,
+    width]``: output channel c at bin (i, j) averages the bilinear samples of input channel
+    ``(c * height + i) * width + j`` (boxes shifted by -0.5 pixel, as ``aligned=True``). As torchvision, the
+    sample count a bin divides by is not clamped: with ``sampling_ratio <= 0`` a box of zero width or
+    height gives NaN. Differentiable in ``input``; no double backward.
+
+    Differences from torchvision: float16/bfloat16 compute in float32 (torchvision's CPU kernel computes
+    in float16, and refuses bfloat16); an output size of 0 is a ValueError (torchvision divides by zero,
+    and the process dies); a batch index outside ``[0, N)`` is a ValueError naming the roi (torchvision
+    reads out of bounds). Errors otherwise as :func:`roi_align`'s; autocast as torchvision's.
+    """
+    _check_roi_boxes_shape(boxes)
+    rois = boxes
+    if not isinstance(rois, Tensor):
+        rois = _boxes_to_rois(rois)
+    pooled_height, pooled_width = _pair(output_size)
+    out: tuple[Tensor, Tensor] = torch.ops.opkiln.ps_roi_align(input, rois, spatial_scale, pooled_height,
+                                                               pooled_width, sampling_ratio)
+    return out[0]
+
+
+class PSRoIAlign(nn.Module):
+    """``torchvision.ops.PSRoIAlign``: :func:`ps_roi_align` with its parameters fixed at construction."""
+
+    def __init__(self, output_size: int, spatial_scale: float, sampling_ratio: int):
+        super().__init__()
+        self.output_size = output_size
+        self.spatial_scale = spatial_scale
+        self.sampling_ratio = sampling_ratio
+
+    def forward(self, input: Tensor, rois: Tensor) -> Tensor:
+        return ps_roi_align(input, rois, self.output_size, self.spatial_scale, self.sampling_ratio)
+
+    def __repr__(self) -> str:
+        return (f"{self.__class__.__name__}(output_size={self.output_size}, spatial_scale={self.spatial_scale}, "
+                f"sampling_ratio={self.sampling_ratio})")
+
+
+@torch.fx.wrap
+def ps_roi_pool(input: Tensor, boxes: Tensor, output_size: int, spatial_scale: float = 1.0) -> Tensor:
+    """Position-sensitive RoIPool: ``torchvision.ops.ps_roi_pool(input, boxes, output_size, spatial_scale)``.
+
+    Shapes and input forms as :func:`ps_roi_align`. Output channel c at bin (i, j) is the mean of input
+    channel ``(c * height + i) * width + j`` over the bin's window of the rounded, scaled box (0 for an
+    empty window). As torchvision, the forward clips windows to ``[0, H - 1]`` and ``[0, W - 1]`` and the
+    backward to ``[0, H]`` and ``[0, W]``. Differentiable in ``input``; no double backward. Differences
+    from torchvision as :func:`ps_roi_align`'s (torchvision's CPU kernel refuses float16 and bfloat16).
+    """
+    _check_roi_boxes_shape(boxes)
+    rois = boxes
+    if not isinstance(rois, Tensor):
+        rois = _boxes_to_rois(rois)
+    pooled_height, pooled_width = _pair(output_size)
+    out: tuple[Tensor, Tensor] = torch.ops.opkiln.ps_roi_pool(input, rois, spatial_scale, pooled_height,
+                                                              pooled_width)
+    return out[0]
+
+
+class PSRoIPool(nn.Module):
+    """``torchvision.ops.PSRoIPool``: :func:`ps_roi_pool` with its parameters fixed at construction."""
+
+    def __init__(self, output_size: int, spatial_scale: float):
+        super().__init__()
+        self.output_size = output_size
+        self.spatial_scale = spatial_scale
+
+    def forward(self, input: Tensor, rois: Tensor) -> Tensor:
+        return ps_roi_pool(input, rois, self.output_size, self.spatial_scale)
+
+    def __repr__(self) -> str:
+        return f"{self.__class__.__name__}(output_size={self.output_size}, spatial_scale={self.spatial_scale})"
+
+
+def _ps_roi_shape(features: Tensor, rois: Tensor, channels: int, pooled_height: int, pooled_width: int,
+                  op: str) -> tuple[int, int, int, int]:
+    """The fake impls' version of facade/ps_roi.h's checks: [K, C / (PH * PW), PH, PW]."""
+    _check_roi_align_args(features, rois, pooled_height, pooled_width, op)
+    _check_value(pooled_height > 0 and pooled_width > 0,
+                 lambda: f"opkiln::{op}: pooled_height and pooled_width must be positive")
+    bins = pooled_height * pooled_width
+    _check(channels % bins == 0,
+           lambda: f"opkiln::{op}: input channels ({channels}) must be a multiple of pooled_height * pooled_width")
+    return rois.shape[0], channels // bins, pooled_height, pooled_width
+
+
+def _register_position_sensitive(name: str) -> None:
+    """Fake impls, autograd (through ``_<name>_backward``), autocast and the quantized refusal of
+    ``opkiln::<name>``, whose schema is (input, rois, spatial_scale, pooled_height, pooled_width, *rest)
+    -> (output, channel_mapping) and whose backward's is (grad, rois, channel_mapping, <the forward's
+    parameters>, batch_size, channels, height, width)."""
+    backward_name = f"_{name}_backward"
+
+    def forward_fake(input: Tensor, rois: Tensor, *params: Any) -> tuple[Tensor, Tensor]:
+        _check(input.dim() == 4, lambda: f"opkiln::{name}: input must have shape [N, C, H, W], got "
+                                         f"{tuple(input.shape)}")
+        shape = _ps_roi_shape(input, rois, input.shape[1], params[1], params[2], name)
+        return input.new_empty(shape), input.new_empty(shape, dtype=torch.int32)
+
+    def backward_fake(grad: Tensor, rois: Tensor, channel_mapping: Tensor, *params: Any) -> Tensor:
+        batch, channels, height, width = params[-4:]
+        shape = _ps_roi_shape(grad, rois, channels, params[1], params[2], backward_name)
+        _check(tuple(grad.shape) == shape, lambda: f"opkiln::{backward_name}: grad must have shape {shape}")
+        _check(channel_mapping.dtype == torch.int32 and tuple(channel_mapping.shape) == shape,
+               lambda: f"opkiln::{backward_name}: channel_mapping must be int32 of grad's shape")
+        return grad.new_empty((batch, channels, height, width))
+
+    def setup(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, Tensor]) -> None:
+        ctx.save_for_backward(inputs[1], output[1])
+        ctx.mark_non_differentiable(output[1])
+        ctx.params = inputs[2:]
+        ctx.input_shape = tuple(inputs[0].shape)
+
+    def backward(ctx: Any, grad: Tensor, grad_mapping: Tensor | None) -> tuple[Tensor | None, ...]:
+        rois, channel_mapping = ctx.saved_tensors
+        grad_input = None
+        if ctx.needs_input_grad[0]:
+            grad_input = getattr(torch.ops.opkiln, backward_name).default(grad, rois, channel_mapping, *ctx.params,
+                                                                          *ctx.input_shape)
+        return (grad_input, *([None] * (1 + len(ctx.params))))
+
+    def double_backward(ctx: Any, grad: Tensor) -> tuple[None, ...]:
+        raise RuntimeError(f"opkiln.{name}: double backward (a gradient of the gradient) is not supported")
+
+    _register_fake(f"opkiln::{name}")(forward_fake)
+    _register_fake(f"opkiln::{backward_name}")(backward_fake)
+    torch.library.register_autograd(f"opkiln::{name}", backward, setup_context=setup)
+    torch.library.register_autograd(f"opkiln::{backward_name}", double_backward, setup_context=_no_setup)
+    _register_autocast_cast_back(name)
+    _refuse_quantized(name, f"opkiln.{name}(input.dequantize(), boxes.dequantize(), ...)")
+
+
+_register_position_sensitive("ps_roi_align")
+_register_position_sensitive("ps_roi_pool")

@@ -59,8 +59,8 @@ def test_signatures_are_torchvisions() -> None:
 
 
 # The drop-ins: each function and class as torchvision.ops names it.
-_DROP_IN_FUNCTIONS = ("nms", "batched_nms", "roi_align", "roi_pool")
-_DROP_IN_CLASSES = ("RoIAlign", "RoIPool")
+_DROP_IN_FUNCTIONS = ("nms", "batched_nms", "roi_align", "roi_pool", "ps_roi_align", "ps_roi_pool")
+_DROP_IN_CLASSES = ("RoIAlign", "RoIPool", "PSRoIAlign", "PSRoIPool")
 
 
 def test_signatures_equal_the_installed_torchvisions() -> None:
@@ -76,7 +76,8 @@ def test_signatures_equal_the_installed_torchvisions() -> None:
 
 def _drop_in_modules() -> dict[str, torch.nn.Module]:
     """Each drop-in class by the name of the function it calls."""
-    return {"roi_align": ops.RoIAlign((5, 5), 1.0, -1), "roi_pool": ops.RoIPool((5, 5), 1.0)}
+    return {"roi_align": ops.RoIAlign((5, 5), 1.0, -1), "roi_pool": ops.RoIPool((5, 5), 1.0),
+            "ps_roi_align": ops.PSRoIAlign(2, 1.0, -1), "ps_roi_pool": ops.PSRoIPool(2, 1.0)}
 
 
 @pytest.mark.parametrize("function", list(_drop_in_modules()))
