@@ -19,7 +19,7 @@ build=(g++ make git)
 case "$group" in
   build) packages=("${build[@]}") ;;
   all)
-    packages=("${build[@]}" ccache chromium chromium-driver diffoscope-minimal docker.io debootstrap)
+    packages=("${build[@]}" ccache chromium chromium-driver diffoscope-minimal docker.io debootstrap g++-aarch64-linux-gnu)
     if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
       packages+=(nodejs npm)
     fi

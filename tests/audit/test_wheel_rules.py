@@ -279,11 +279,13 @@ def test_a_right_wheel_says_what_agrees_and_notes_a_tag_without_a_manylinux_clai
     wheel = make_wheel(tmp_path, FILES, tag="py3-none-linux_x86_64")
     check = _check(wheel, "wheel-tag")
     assert check.ok
-    assert check.detail == ("tags, version, torch pin and binaries agree (platform tag linux_x86_64 makes no "
-                            "manylinux claim (`kiln repair` assigns one))")
+    assert check.detail == ("tags and binaries agree; not checked: local version and CUDA"
+                            " variant against the build (the wheel has no kiln build info) (platform tag "
+                            "linux_x86_64 makes no manylinux claim (`kiln repair` assigns one))")
     (other := tmp_path / "many").mkdir()
     claimed = make_wheel(other, FILES, tag="py3-none-manylinux_2_28_x86_64")
-    assert _check(claimed, "wheel-tag").detail == "tags, version, torch pin and binaries agree"
+    assert _check(claimed, "wheel-tag").detail == ("tags and binaries agree; not checked: local version and CUDA"
+                                                   " variant against the build (the wheel has no kiln build info)")
 
 
 @pytest.fixture
@@ -639,5 +641,7 @@ def test_every_tag_below_the_floor_is_named_after_any_without_a_claim(tmp_path: 
 def test_every_tag_without_a_manylinux_claim_is_noted(tmp_path: Path) -> None:
     wheel = make_wheel(tmp_path, FILES, tag="py3-none-linux_x86_64.linux_i686")
     assert _check(wheel, "wheel-tag").detail == (
-        "tags, version, torch pin and binaries agree (platform tag linux_x86_64 makes no manylinux claim (`kiln "
-        "repair` assigns one); platform tag linux_i686 makes no manylinux claim (`kiln repair` assigns one))")
+        "tags and binaries agree; not checked: local version and CUDA"
+        " variant against the build (the wheel has no kiln build info) (platform tag linux_x86_64 makes no "
+        "manylinux claim (`kiln repair` assigns one); platform tag linux_i686 makes no manylinux claim (`kiln "
+        "repair` assigns one))")

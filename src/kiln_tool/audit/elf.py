@@ -36,6 +36,22 @@ MACHINES: dict[str, tuple[int, str]] = {
     "i686": (32, "EM_386"),
 }
 
+# e_machine numbers of MACHINES (the ELF header's u16 at offset 18), for file_arch's header-only read.
+_E_MACHINE = {62: "x86_64", 183: "aarch64", 21: "ppc64le", 22: "s390x", 3: "i686"}
+
+
+def file_arch(path: Path) -> str | None:
+    """The processor (a MACHINES key) an ELF file is built for, from its header alone; None for anything else."""
+    try:
+        with path.open("rb") as file:
+            header = file.read(20)
+    except OSError:
+        return None
+    if len(header) < 20 or not header.startswith(ELF_MAGIC) or header[5] not in (1, 2):
+        return None
+    return _E_MACHINE.get(int.from_bytes(header[18:20], "little" if header[5] == 1 else "big"))
+
+
 _DF_TEXTREL = 0x4
 _PF_X = 0x1
 _VERSYM_HIDDEN = 0x8000
@@ -56,7 +72,11 @@ class ElfInvalid(ValueError):
 
 
 # What pyelftools raises on damaged structures it reads lazily.
-CORRUPT_ELF_ERRORS = (ELFError, struct.error, EOFError, UnicodeDecodeError, IndexError, KeyError)
+# What pyelftools raises on damaged structures: besides its own ELFError, offsets or sizes out of range surface as
+# ValueError, OverflowError ("Python int too large to convert to C ssize_t" from a seek past 2**63) and its own
+# asserts (a string table that is no string table).
+CORRUPT_ELF_ERRORS = (ELFError, struct.error, EOFError, UnicodeDecodeError, IndexError, KeyError, ValueError,
+                      OverflowError, AssertionError)
 
 
 @dataclass(frozen=True)
@@ -116,7 +136,7 @@ class ElfLibrary:
             self.machine = str(self.elf.header["e_machine"])
         except ElfInvalid:
             raise
-        except (*CORRUPT_ELF_ERRORS, ValueError, OSError) as exc:
+        except (*CORRUPT_ELF_ERRORS, OSError) as exc:
             raise ElfInvalid(f"corrupt or truncated ELF: {exc}") from exc
         if elf_type != "ET_DYN":
             raise ElfInvalid(f"an ELF of type {elf_type}, not a shared object (ET_DYN)")

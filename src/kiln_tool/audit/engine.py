@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import platform
 import posixpath
 import re
 from dataclasses import dataclass, replace
@@ -24,7 +23,7 @@ from .policy import (
     manylinux_policy_of_tag,
 )
 from .report import ArtifactReport, AuditReport, CheckResult, LibraryReport, failed, passed
-from .resolve import Location, Resolver
+from .resolve import Location, Resolver, host_arch
 from .target import find_torch, from_torch_lib, torch_requirement
 
 # DT_NEEDED of a library that needs a CUDA build of torch: choose a CUDA variant of torch for it.
@@ -47,8 +46,7 @@ class AuditOptions:
 
 
 def _host_arch() -> str:
-    machine = platform.machine()
-    return {"amd64": "x86_64", "arm64": "aarch64"}.get(machine.lower(), machine)
+    return host_arch()
 
 
 def _policy_for_claim(name: str) -> Policy:
@@ -159,7 +157,7 @@ def _audit_libraries(artifact: ArtifactContext, members: list[tuple[str, Locatio
         ctx = LibraryContext(member=member, location=location, lib=lib, data=lib.buffer, artifact=artifact)
         try:
             _check_library(ctx, lib_report)
-        except (*CORRUPT_ELF_ERRORS, ValueError, OverflowError) as exc:
+        except CORRUPT_ELF_ERRORS as exc:
             # A structure pyelftools reads lazily (version tables, symbols, notes) is damaged: offsets or
             # sizes out of range surface as ValueError/OverflowError there. Judged, never the catch-all.
             lib_report.checks = []
@@ -175,7 +173,10 @@ def _apply_severity(report: ArtifactReport, policy: Policy) -> None:
     """Each failed result gets the severity the policy data gives its check (and finding)."""
 
     def judged(results: list[CheckResult]) -> list[CheckResult]:
-        return [r if r.ok else replace(r, severity=policy.severity_of(r.id, r.finding)) for r in results]
+        results = [r if r.ok else replace(r, severity=policy.severity_of(r.id, r.finding)) for r in results]
+        # One check of one library is never both an ERROR and ok in one report: its pass texts go.
+        errors = {r.id for r in results if not r.ok and r.severity == "error"}
+        return [r for r in results if not (r.ok and r.id in errors)]
 
     report.checks = judged(report.checks)
     for lib in report.libraries:
@@ -245,13 +246,21 @@ class _Auditor:
                 return False
 
             torch, problem = self.torch, ""
-            if torch is None:
+            if torch is not None and torch.arch not in (arch, None):
+                if self.options.torch_version:  # the same release, recorded for the wheel's processor
+                    torch, problem = find_torch(self.options.torch_version, None, source="--torch", arch=arch)
+                else:
+                    problem = f"--torch-lib {torch.lib_dir} is a torch for {torch.arch}, the wheel is for {arch}"
+                    torch = None
+            elif torch is None:
                 requirement = torch_requirement(whl.metadata().get("Requires-Dist", []))
                 torch_version = str(info["torch_version"]) if info and info.get("torch_version") else None
                 torch, problem = find_torch(torch_version, requirement, prefer_cuda=needs_cuda_torch,
-                                            local_hint=whl.name.version.partition("+")[2] or None)
+                                            local_hint=whl.name.version.partition("+")[2] or None, arch=arch)
                 if torch is None:
-                    problem += "; pass --torch-lib DIR"
+                    problem += "; pass --torch-lib DIR" if arch == _host_arch() else (
+                        f"; record that torch's {arch} wheel (`scripts/kiln torch-abi` of it; `kiln release` "
+                        "records it itself)")
             archs = self.archs
             if archs is None and info and info.get("cuda_archs"):
                 archs = parse_arch_list(list(info["cuda_archs"]), "build info cuda_archs")

@@ -22,7 +22,9 @@ _LOADER_CALL = re.compile(rb"\b(?:CDLL|PyDLL|LoadLibrary|dlopen)\s*\(|\bLD_PRELO
 _LITERAL = re.compile(rb"[\"']([A-Za-z_][A-Za-z0-9_+.-]{5,})")
 _VARIANT = re.compile(r"^(?P<stem>.+?)(?P<platform>cuda|cu|rocm|hip|xpu)(?P<version>\d+)"
                       r"(?P<rest>(?:\.abi3|\.cpython-[A-Za-z0-9_-]+)?\.so(?:\.\d+)*)$")
-_CUDART = re.compile(r"^libcudart\.so\.(\d+)")
+# libcudart.so.13, and the names auditwheel grafts it under (libcudart-1a2b3c4d.so.13.0.96; older
+# tools wrote libcudart.1a2b3c4d.so.12): the CUDA major is the first number after ".so".
+CUDART = re.compile(r"^libcudart(?:[.-][0-9a-f]{8})?\.so\.(\d+)")
 
 
 @dataclass(frozen=True)
@@ -66,7 +68,7 @@ def _cuda_major(platform: str, version: str, needed: list[str]) -> int | None:
     if platform != "cuda":
         return None
     for name in needed:
-        match = _CUDART.match(name)
+        match = CUDART.match(name)
         if match:
             return int(match[1])
     if not version.strip("0"):

@@ -11,12 +11,13 @@ never taken from the host.
 
 from __future__ import annotations
 
+import platform
 import posixpath
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from .elf import ElfInvalid, ElfLibrary
+from .elf import CORRUPT_ELF_ERRORS, ElfInvalid, ElfLibrary, file_arch
 from .policy import Policy
 from .target import TorchTarget
 from .torch_abi import RecordedLibrary
@@ -27,6 +28,12 @@ Opened = ElfLibrary | RecordedLibrary
 SITE = "/site-packages"
 
 
+def host_arch() -> str:
+    """This machine's processor, as platform tags spell it."""
+    machine = platform.machine()
+    return {"amd64": "x86_64", "arm64": "aarch64"}.get(machine.lower(), machine)
+
+
 @dataclass(frozen=True)
 class Location:
     """Where a library lives: a member of the audited wheel, or a file on this machine."""
@@ -35,8 +42,14 @@ class Location:
     path: Path | None = None
     recorded: str | None = None  # a recorded torch library, by its path in site-packages
     driver: str | None = None  # a library the GPU driver installs (policy driver_libraries), by name
+    # A system library of the wheel's platform that this host lacks (another processor's), as "name|what":
+    # the manylinux platform provides it; its symbol versions are the symbol-versions check's to judge.
+    platform: str | None = None
 
     def describe(self) -> str:
+        if self.platform is not None:
+            name, _, what = self.platform.partition("|")
+            return f"{name} ({what})"
         if self.driver is not None:
             return f"{self.driver} (the user's GPU driver; exports not recorded)"
         if self.recorded is not None:
@@ -47,12 +60,13 @@ class Location:
     @property
     def unknown(self) -> bool:
         """A library whose exports are not known here: it vouches for no symbol."""
-        return self.driver is not None or (self.recorded is not None and self.recorded.startswith("?"))
+        return self.driver is not None or self.platform is not None or (
+            self.recorded is not None and self.recorded.startswith("?"))
 
     @property
     def origin(self) -> str:
         """$ORIGIN: the directory holding the library (wheel members under the virtual /site-packages)."""
-        if self.driver is not None:
+        if self.driver is not None or self.platform is not None:
             return "/"
         if self.member is not None:
             return posixpath.dirname(posixpath.join(SITE, self.member))
@@ -91,6 +105,7 @@ class Resolver:
         self._opened: dict[Location, Opened | None] = {}
         self._system_dirs = [Path(d) for d in policy.system_library_dirs.get(arch, ())]
         self._torch_loaded: dict[str, Location] | None = None
+        self.host = host_arch()
 
     def close(self) -> None:
         for location, lib in self._opened.items():
@@ -126,8 +141,13 @@ class Resolver:
             return Found(loaded, "loaded by import torch")
         if name in self.policy.system_libraries:
             for directory in self._system_dirs:
-                if (directory / name).is_file():
+                # Only a file of the wheel's processor: /usr/lib may hold another processor's libraries.
+                if (directory / name).is_file() and file_arch(directory / name) == self.arch:
                     return Found(Location(path=directory / name), "system library")
+            if self.arch != self.host:
+                what = (f"the {self.arch} platform's system library ({self.policy.name} lists it); this "
+                        f"{self.host} host has no {self.arch} copy, so its exports are not checked here")
+                return Found(Location(platform=f"{name}|{what}"), f"system library of {self.policy.name} {self.arch}")
         if name in self.policy.driver_libraries:
             return Found(Location(driver=name), self.policy.driver_libraries[name])
         if requester.member is not None:
@@ -207,9 +227,9 @@ class Resolver:
     def open(self, location: Location) -> Opened | None:
         if location not in self._opened:
             try:
-                if location.driver is not None:
-                    self._opened[location] = RecordedLibrary(location.driver, location.driver, (), (), b"",
-                                                             opaque=True)
+                if location.driver is not None or location.platform is not None:
+                    name = location.driver or str(location.platform).partition("|")[0]
+                    self._opened[location] = RecordedLibrary(name, name, (), (), b"", opaque=True)
                 elif location.recorded is not None:
                     assert self.torch is not None and self.torch.recorded is not None
                     record = self.torch.recorded
@@ -221,7 +241,12 @@ class Resolver:
                 else:
                     assert location.path is not None
                     self._opened[location] = ElfLibrary.open(location.path)
-            except (ElfInvalid, OSError):
+                opened = self._opened[location]
+                if isinstance(opened, ElfLibrary):
+                    # What resolving reads of it: damaged, it is judged as its own library (elf-valid), never
+                    # blamed on the library that needs it.
+                    _ = (opened.needed, opened.runpath, opened.rpath)
+            except (ElfInvalid, OSError, *CORRUPT_ELF_ERRORS):
                 self._opened[location] = None
         return self._opened[location]
 

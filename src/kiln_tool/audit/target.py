@@ -13,8 +13,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from .elf import file_arch
 from .errors import AuditInputError
-from .torch_abi import RecordedTorch, load_recorded, recorded_versions
+from .torch_abi import (
+    DEFAULT_ARCH,
+    RecordedTorch,
+    load_recorded,
+    record_arch,
+    recorded_archs,
+    recorded_versions,
+)
 
 _VERSION_RE = re.compile(r"""^__version__\s*=\s*['"]([^'"]+)['"]""", re.MULTILINE)
 _TORCH_REQ_RE = re.compile(r"^torch\s*(?:\((?P<paren>[^)]*)\)|(?P<bare>[^;]*))", re.IGNORECASE)
@@ -36,6 +44,13 @@ class TorchTarget:
             return (f"{self.version} as recorded in {self.recorded.data_file.parent.name}/"
                     f"{self.recorded.data_file.name} ({self.source}; not installed here)")
         return f"{self.version} at {self.lib_dir} ({self.source})"
+
+    @property
+    def arch(self) -> str | None:
+        """The processor this torch is built for (None: unknown)."""
+        if self.recorded is not None:
+            return record_arch(self.recorded.platform_tags)
+        return torch_arch(self.lib_dir) if self.lib_dir is not None else None
 
     @property
     def public_version(self) -> str:
@@ -108,8 +123,8 @@ def torch_requirement(requires_dist: list[str]) -> str | None:
     return None
 
 
-def _recorded(version: str, source: str) -> TorchTarget | None:
-    record = load_recorded(version)
+def _recorded(version: str, source: str, arch: str = DEFAULT_ARCH) -> TorchTarget | None:
+    record = load_recorded(version, arch)
     return TorchTarget(version, None, source, record) if record is not None else None
 
 
@@ -121,11 +136,11 @@ def _variant_rank(version: str, prefer_cuda: bool | None, local_hint: str | None
 
 
 def _recorded_for_spec(spec: object, prefer_cuda: bool | None, local_hint: str | None,
-                       source: str) -> TorchTarget | None:
+                       source: str, arch: str = DEFAULT_ARCH) -> TorchTarget | None:
     from packaging.version import InvalidVersion, Version
 
     matching = []
-    for version in recorded_versions():
+    for version in recorded_versions(arch):
         try:
             parsed = Version(version)
         except InvalidVersion:
@@ -134,35 +149,48 @@ def _recorded_for_spec(spec: object, prefer_cuda: bool | None, local_hint: str |
             matching.append(((parsed.release, *_variant_rank(version, prefer_cuda, local_hint)), version))
     if not matching:
         return None
-    return _recorded(max(matching)[1], source)
+    return _recorded(max(matching)[1], source, arch)
 
 
-def recorded_summary() -> str:
-    return ", ".join(recorded_versions()) or "none"
+def recorded_summary(arch: str = DEFAULT_ARCH) -> str:
+    """The versions recorded for `arch`; and, when that is none, what is recorded for other processors."""
+    archs = recorded_archs()
+    mine = ", ".join(archs.get(arch, [])) or "none"
+    if arch in archs:
+        return mine
+    others = "; ".join(f"{a}: {', '.join(v)}" for a, v in sorted(archs.items()))
+    return f"none for {arch}" + (f"; only for other processors ({others})" if others else "")
+
+
+def torch_arch(lib_dir: Path) -> str | None:
+    """The processor an installed torch is built for (its libc10.so's ELF header)."""
+    return file_arch(lib_dir / "libc10.so")
 
 
 def find_torch(build_info_version: str | None, requirement: str | None, *,
                prefer_cuda: Callable[[], bool] | None = None,
                local_hint: str | None = None,
-               source: str = "build info torch_version") -> tuple[TorchTarget | None, str]:
+               source: str = "build info torch_version", arch: str = DEFAULT_ARCH) -> tuple[TorchTarget | None, str]:
     """The installed torch matching the build info's exact version, else the wheel's torch pin; when
-    none is installed, the recorded ABI of that torch (data/torch_abi).
+    none is installed, the recorded ABI of that torch (data/torch_abi). Only a torch of `arch` (the wheel's
+    processor) is a target: an installed torch of another processor and its records are never used.
 
     prefer_cuda / local_hint choose among recorded variants of one release (a wheel that needs
     libtorch_cuda.so, a wheel whose local version names cu130). Returns (target or None, an
     explanation of what was looked for).
     """
-    candidates = [(lib, torch_version_at(lib)) for lib in candidate_lib_dirs()]
-    found = ", ".join(f"{v} ({lib})" for lib, v in candidates) or "none"
+    candidates = [(lib, torch_version_at(lib)) for lib in candidate_lib_dirs() if torch_arch(lib) in (arch, None)]
+    found = ", ".join(f"{v} ({lib})" for lib, v in candidates) or (
+        "none" if arch == DEFAULT_ARCH else f"none for {arch}")
     if build_info_version:
         for lib, version in candidates:
             if version == build_info_version:
                 return TorchTarget(version, lib, source), ""
-        recorded = _recorded(build_info_version, source)
+        recorded = _recorded(build_info_version, source, arch)
         if recorded is not None:
             return recorded, ""
         return None, (f"torch {build_info_version} ({source}) is neither installed here ({found}) nor "
-                      f"recorded in data/torch_abi (recorded: {recorded_summary()})")
+                      f"recorded in data/torch_abi (recorded: {recorded_summary(arch)})")
     if requirement is not None:  # "" (a bare `torch`) allows any version
         from packaging.specifiers import InvalidSpecifier, SpecifierSet
         from packaging.version import InvalidVersion, Version
@@ -189,7 +217,7 @@ def find_torch(build_info_version: str | None, requirement: str | None, *,
         if matching:
             _, lib, version = max(matching, key=lambda m: m[0])
             return TorchTarget(version, lib, source), ""
-        recorded = _recorded_for_spec(spec, wants_cuda, local_hint, source)
+        recorded = _recorded_for_spec(spec, wants_cuda, local_hint, source, arch)
         if recorded is not None and (not wants_cuda or recorded.recorded is None
                                      or any(p.endswith("/libtorch_cuda.so") for p in recorded.recorded.libraries)):
             return recorded, ""
@@ -200,5 +228,5 @@ def find_torch(build_info_version: str | None, requirement: str | None, *,
         if recorded is not None:
             return recorded, ""
         return None, (f"torch{requirement} (from METADATA) is neither installed here ({found}) nor recorded in "
-                      f"data/torch_abi (recorded: {recorded_summary()})")
+                      f"data/torch_abi (recorded: {recorded_summary(arch)})")
     return None, "no --torch-lib, no build info and no torch requirement"

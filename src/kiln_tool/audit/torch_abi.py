@@ -47,6 +47,8 @@ RUNTIME_DIR = "runtime"
 HASH_BYTES = 5
 _EXPORTED_BINDS = {"STB_GLOBAL", "STB_WEAK", "STB_GNU_UNIQUE", "STB_LOOS"}
 _LIBRARY_RE = re.compile(r"\.so(\.\d+)*$")
+DEFAULT_ARCH = "x86_64"  # records named <version>.json; others <version>-<arch>.json
+_KNOWN_ARCHS = ("x86_64", "aarch64", "ppc64le", "s390x", "armv7l", "i686", "riscv64")
 
 
 class TorchAbiError(ValueError):
@@ -318,19 +320,47 @@ def data_dir() -> Path:
     return Path(os.environ.get(DATA_DIR_ENV) or DATA_DIR)
 
 
-def recorded_versions() -> dict[str, Path]:
-    """torch version ('2.14.1+cu130') -> its data file."""
-    return _recorded_in(data_dir())
+def recorded_versions(arch: str = DEFAULT_ARCH) -> dict[str, Path]:
+    """torch version ('2.14.1+cu130') -> its data file, for one processor (x86_64: <version>.json; any other:
+    <version>-<arch>.json; a PEP 440 version never holds '-')."""
+    return {version: path for (version, of), path in _recorded_in(data_dir()).items() if of == arch}
+
+
+def recorded_archs() -> dict[str, list[str]]:
+    """processor -> the torch versions recorded for it."""
+    archs: dict[str, list[str]] = {}
+    for version, arch in _recorded_in(data_dir()):
+        archs.setdefault(arch, []).append(version)
+    return archs
 
 
 @cache
-def _recorded_in(directory: Path) -> dict[str, Path]:
-    return {path.stem: path for path in sorted(directory.glob("*.json"))}
+def _recorded_in(directory: Path) -> dict[tuple[str, str], Path]:
+    found: dict[tuple[str, str], Path] = {}
+    for path in sorted(directory.glob("*.json")):
+        version, _, arch = path.stem.partition("-")
+        found[(version, arch or DEFAULT_ARCH)] = path
+    return found
 
 
-def load_recorded(version: str) -> RecordedTorch | None:
-    path = recorded_versions().get(version)
-    return _load_record_cached(path) if path is not None else None
+def record_arch(platform_tags: list[str] | tuple[str, ...]) -> str:
+    """The processor of a torch wheel's platform tags (manylinux_2_28_aarch64 -> aarch64)."""
+    for tag in platform_tags:
+        for arch in _KNOWN_ARCHS:
+            if tag.endswith("_" + arch):
+                return arch
+    return DEFAULT_ARCH
+
+
+def load_recorded(version: str, arch: str = DEFAULT_ARCH) -> RecordedTorch | None:
+    path = recorded_versions(arch).get(version)
+    if path is None:
+        return None
+    record = _load_record_cached(path)
+    if record_arch(record.platform_tags) != arch:
+        raise TorchAbiError(f"{path}: records a torch for {record_arch(record.platform_tags)} "
+                            f"({', '.join(record.platform_tags)}), but its name says {arch}")
+    return record
 
 
 @cache
@@ -342,7 +372,9 @@ def write_record(record: dict[str, Any], out_dir: Path) -> Path:
     if "runtime_wheels" in record:
         out_dir = out_dir / RUNTIME_DIR
     out_dir.mkdir(parents=True, exist_ok=True)
-    target = out_dir / f"{record['torch_version']}.json"
+    arch = record_arch(record.get("platform_tags", []))
+    suffix = "" if arch == DEFAULT_ARCH else f"-{arch}"
+    target = out_dir / f"{record['torch_version']}{suffix}.json"
     partial = target.with_suffix(".json.partial")
     partial.write_text(json.dumps(record, indent=1) + "\n")
     partial.replace(target)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 
 from ..context import LibraryContext
 from ..elf import DynSymbol
@@ -34,6 +35,12 @@ def _provides(lib: Opened, symbol: DynSymbol) -> bool:
     return False
 
 
+def _platform_version(version: str | None, ceilings: Mapping[str, object]) -> bool:
+    """A symbol version of a namespace the policy bounds (GLIBC_2.17, GLIBCXX_3.4.21, CXXABI_1.3, GCC_3.0)."""
+    match = _VERSION_RE.match(version or "")
+    return match is not None and match[1] in ceilings
+
+
 def _torch_hint(ctx: LibraryContext) -> str:
     torch = ctx.artifact.torch
     if torch is None:
@@ -54,6 +61,7 @@ def check_undefined_symbols(ctx: LibraryContext) -> list[CheckResult]:
     direct: list[tuple[str, Opened]] = []
     unknown: list[str] = []  # needed libraries whose exports are not known (not recorded, the driver)
     unknown_why: dict[str, str] = {}
+    platform_libs: set[str] = set()  # system libraries of the wheel's platform that this host lacks
     extra: list[CheckResult] = []
     for name in lib.needed:
         found = resolver.find(name, ctx.location, lib)
@@ -64,6 +72,8 @@ def check_undefined_symbols(ctx: LibraryContext) -> list[CheckResult]:
             preloaded.append(f"{name} ({found.location.describe()}; {found.via})")
         resolved.append(f"{name} from {found.location.describe()} ({found.via})")
         dep = resolver.open(found.location)
+        if found.location.platform is not None:
+            platform_libs.add(name)
         if found.location.unknown:
             unknown.append(name)
             unknown_why[name] = found.location.describe()
@@ -77,13 +87,24 @@ def check_undefined_symbols(ctx: LibraryContext) -> list[CheckResult]:
             "add an $ORIGIN-relative RUNPATH to the directory of the needed library (CMake INSTALL_RPATH, "
             "patchelf --set-rpath), so it loads in any order.", "preload"))
     torch_missing = [n for n in missing_libs if _TORCH_LIBS.match(n)]
-    if ctx.artifact.torch is None and torch_missing:
+    arch = ctx.artifact.arch
+    foreign = arch != resolver.host
+    if ctx.artifact.torch is None and torch_missing and foreign:
+        # Another processor's torch cannot be installed here; without its record nothing can be checked.
+        extra.append(failed(
+            "undefined-symbols", f"{ctx.member} needs {', '.join(torch_missing)} of a torch for {arch}, which is "
+            f"neither installed on this {resolver.host} host nor recorded for {arch}: {ctx.artifact.torch_problem}. "
+            "Its torch symbols were not checked (not failed: a torch of another processor is never a target).",
+            f"record that torch's {arch} wheel: `scripts/kiln torch-abi --for-wheels WHEEL` downloads and records "
+            "it (kiln release does this before its audit).", "arch-unrecorded"))
+    elif ctx.artifact.torch is None and torch_missing:
         extra.append(failed(
             "undefined-symbols", f"{ctx.member} needs {', '.join(torch_missing)} of the target torch, which is "
             f"neither installed here nor recorded: {ctx.artifact.torch_problem}. Its torch symbols, symbol "
             "versions and C++ ABI were not checked.",
             "audit where that torch is installed (--torch-lib DIR), or record it: `scripts/kiln torch-abi "
             "<torch wheel>` (pip download --no-deps torch==X) and commit data/torch_abi/.", "target-unknown"))
+    if ctx.artifact.torch is None and torch_missing:
         missing_libs = [n for n in missing_libs if n not in torch_missing]
         if missing_libs:
             problems.append(f"needed libraries not found in the installed layout: {_sample(missing_libs)}")
@@ -97,18 +118,25 @@ def check_undefined_symbols(ctx: LibraryContext) -> list[CheckResult]:
         problems.append(f"version needs name libraries missing from DT_NEEDED: {', '.join(stray)}")
 
     policy = resolver.policy
+    ceilings = policy.symbol_versions.get(arch, {})
     inactive = ctx.inactive_variant
     scope: list[tuple[str, Location, Opened]] | None = None
     torch_loaded: list[tuple[str, Location, Opened]] | None = None
     providers: dict[str, int] = {}  # needed library -> how many of the undefined symbols it provides
     unresolved: list[str] = []
     indirect: list[str] = []
+    closure: dict[str, int] = {}  # library of the NEEDED closure (not named in DT_NEEDED) -> symbols it binds
     unchecked: list[str] = []
     left_to_missing: list[str] = []  # symbols no library found provides, while a needed library is missing
     for symbol in lib.dynamic_symbols:
         if symbol.defined or symbol.bind == "STB_WEAK":
             continue
         if ctx.loaded_by_python and policy.provided_by_interpreter(symbol.name):
+            continue
+        if symbol.version_file in platform_libs and _platform_version(symbol.version, ceilings):
+            # GLIBC_2.17 from libc.so.6 of the manylinux platform: whether the platform has that version is
+            # exactly what symbol-versions judges; the library itself is not on this host to read.
+            providers[symbol.version_file] = providers.get(symbol.version_file, 0) + 1
             continue
         provider = next((name for name, dep in direct if _provides(dep, symbol)), None)
         if provider is not None:
@@ -127,7 +155,8 @@ def check_undefined_symbols(ctx: LibraryContext) -> list[CheckResult]:
                 # libc.so.6; ld.so binds it there.
                 providers[provider] = providers.get(provider, 0) + 1
             else:
-                indirect.append(f"{symbol.display()} (only in {provider}, which a needed library pulls in)")
+                # ld.so searches the library's whole NEEDED closure: it always loads with it, so this binds.
+                closure[provider] = closure.get(provider, 0) + 1
             continue
         if torch_loaded is None:
             # A variant for another platform is never loaded beside this torch's libraries.
@@ -168,6 +197,19 @@ def check_undefined_symbols(ctx: LibraryContext) -> list[CheckResult]:
             "so it loads in any order.", "dependency"))
         missing_libs = [n for n in missing_libs if n not in from_dependency]
         left_to_missing = [] if not missing_libs else left_to_missing
+    maybe = {n: d for n in missing_libs if not _TORCH_LIBS.match(n)
+             and (d := ctx.artifact.uninstalled_dependency_for(n)) is not None}
+    if maybe:
+        extra.append(failed(
+            "undefined-symbols", f"{ctx.member} needs "
+            + "; ".join(f"{n}, which the declared dependency '{d}' may ship" for n, d in maybe.items())
+            + ": that dependency is not installed where this audit runs, so whether it does, and the symbols left "
+            "to it, were not checked (unknown, not missing).",
+            "nothing, if that dependency ships it and the library's RUNPATH reaches it; to check, audit where the "
+            "wheel's dependencies are installed beside torch (--torch-lib DIR of that site-packages).",
+            "dependency-unknown"))
+        missing_libs = [n for n in missing_libs if n not in maybe]
+        left_to_missing = [] if not missing_libs else left_to_missing
     if missing_libs:
         left = (f" ({len(left_to_missing)} undefined symbol(s) that no library found provides are left to them: "
                 f"{_sample(left_to_missing)})" if left_to_missing else "")
@@ -175,13 +217,16 @@ def check_undefined_symbols(ctx: LibraryContext) -> list[CheckResult]:
     if unresolved:
         problems.append(f"{len(unresolved)} undefined symbol(s) no needed library provides: {_sample(unresolved)}")
     if indirect:
-        problems.append(f"{len(indirect)} symbol(s) come from libraries the library does not name in DT_NEEDED "
-                        f"(underlinked; it breaks when they are not loaded first): {_sample(indirect)}")
+        problems.append(f"{len(indirect)} symbol(s) come only from libraries outside its own NEEDED closure "
+                        f"(underlinked: no library it loads brings them; it breaks unless `import torch` has "
+                        f"loaded them first): {_sample(indirect)}")
     if unchecked:
         extra.append(failed(
             "undefined-symbols", f"{ctx.member}: {len(unchecked)} undefined symbol(s) not checked: no library whose "
             f"exports are known provides them, and {'; '.join(unknown_why.get(n, n) for n in unknown)} may: "
             f"{_sample(unchecked)}.",
+            f"nothing to fix if they are the {arch} platform's; to check them, audit on a {arch} machine (or one "
+            f"with {arch} system libraries in /usr/lib/{arch}-linux-gnu)." if set(unknown) <= platform_libs else
             "nothing to fix in the library if they are that library's API; to check them, record the exports of "
             "torch's runtime wheels (`scripts/kiln torch-abi --runtime SITE_PACKAGES`) or audit where they are "
             "installed (--torch-lib DIR).", "unchecked"))
@@ -196,6 +241,9 @@ def check_undefined_symbols(ctx: LibraryContext) -> list[CheckResult]:
     counted = ", ".join(f"{n} from {name}" for name, n in sorted(providers.items(), key=lambda p: (-p[1], p[0])))
     total = sum(providers.values())
     summary = (f"{total} undefined symbol(s) resolved ({counted})" if total else "no undefined symbols to resolve")
+    if closure:
+        summary += "; bound in libraries its NEEDED closure loads (not named in its own DT_NEEDED): " + ", ".join(
+            f"{n} from {name}" for name, n in sorted(closure.items()))
     if unchecked:
         summary += f"; {len(unchecked)} not checked"
     return [passed("undefined-symbols", f"{summary}; needed: {'; '.join(resolved) or 'none'}"), *extra]

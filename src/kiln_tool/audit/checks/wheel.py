@@ -11,12 +11,12 @@ from packaging.version import InvalidVersion, Version
 
 from ..context import ArtifactContext
 from ..inputs import Wheel
+from ..loading import CUDART as _CUDART
 from ..policy import glibc_of_policy_name, manylinux_policy_of_tag
 from ..report import CheckResult, failed, passed
 from ..target import torch_requirement
 
 _CPYTHON_SUFFIX = re.compile(r"\.cpython-(\d)(\d+)[a-z]*-(\w+?)-linux-gnu\.so$")
-_CUDART = re.compile(r"^libcudart(?:\.[0-9a-f]{8})?\.so\.(\d+)")
 _RECORD_ALGORITHMS = {"sha256", "sha384", "sha512"}
 
 
@@ -119,6 +119,8 @@ def check_wheel_tag(artifact: ArtifactContext) -> list[CheckResult]:
             problems += _pin_problems(requirement, build_torch, str(info.get("abi_mode", "torch")),
                                       str(info["torch_min"]) if info.get("torch_min") else None)
 
+    foreign_pin = _foreign_pin(artifact, requirement) if info is None else None
+
     # The platform floor: torch's own wheel's manylinux tag. Without a target torch it is unknown
     # (the --policy default says nothing about torch).
     floor: tuple[int, int] | None = None
@@ -145,6 +147,8 @@ def check_wheel_tag(artifact: ArtifactContext) -> list[CheckResult]:
             below.append(f"platform tag {tag} is below manylinux_{floor[0]}_{floor[1]}, the floor of "
                          f"{floor_source}: pip would install it where torch itself cannot run")
     results = _release_results(artifact, wheel)
+    if foreign_pin is not None:
+        results.append(foreign_pin)
     if below:
         results.append(failed("wheel-tag", f"{wheel.path.name}: " + "; ".join(below) + ".",
                               "repair with auditwheel --plat at or above torch's own manylinux tag.", "below-floor"))
@@ -162,7 +166,62 @@ def check_wheel_tag(artifact: ArtifactContext) -> list[CheckResult]:
             "--plat at or above torch's manylinux floor, and never rename wheel files by hand."))
         return results
     suffix = f" ({'; '.join(notes)})" if notes else ""
+    if info is None:
+        # Not kiln's build: what only its build info says (the build's torch, CUDA variant, local version) is
+        # not known, so it is not checked; the torch pin is judged against what the binaries link (above).
+        return [passed("wheel-tag", "tags and binaries agree; not checked: local version and CUDA variant against "
+                       f"the build (the wheel has no kiln build info){suffix}"), *results]
     return [passed("wheel-tag", f"tags, version, torch pin and binaries agree{suffix}"), *results]
+
+
+_TORCH_NEEDED = re.compile(r"^lib(torch|c10)[a-z0-9_]*\.so")
+_TORCH_CXX = re.compile(r"^_Z(?:N|T[ISV]N)?K?(?:3c10|2at|5torch|6caffe2)")
+
+
+def _foreign_pin(artifact: ArtifactContext, requirement: str | None) -> CheckResult | None:
+    """A wheel without kiln's build info: its torch requirement against what its binaries link. Linking torch
+    with no torch requirement, or (for torch's C++ ABI, which changes every minor) allowing more than one torch
+    minor, is a finding; None when no binary links torch."""
+    linking = [(lib, [n for n in lib.lib.needed if _TORCH_NEEDED.match(n)]) for lib in artifact.libraries]
+    linking = [(lib, names) for lib, names in linking if names]
+    if not linking:
+        return None
+    first, names = linking[0]
+    who = f"{first.member} (and {len(linking) - 1} more)" if len(linking) > 1 else first.member
+    cxx = [(lib, sum(1 for sym in lib.lib.dynamic_symbols if not sym.defined and _TORCH_CXX.match(sym.name)))
+           for lib, _ in linking]
+    cxx = [(lib, n) for lib, n in cxx if n]
+    fix = ("declare the torch the binaries were built against in Requires-Dist: torch==X.Y.* for torch's C++ ABI "
+           "(it changes every minor), torch>=X.Y for the LibTorch stable ABI only.")
+    if requirement is None:
+        return failed("wheel-tag", f"{artifact.wheel.path.name if artifact.wheel else artifact.label}: METADATA "
+                      f"requires no torch, but {who} links {', '.join(names)}: pip installs it beside any torch (or "
+                      "none), where it fails to load.", fix, "torch-pin")
+    if not cxx:
+        return None  # stable ABI / C shims only: a lower bound is what matters, and torch checks it at load
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
+    try:
+        spec = SpecifierSet(requirement)
+    except InvalidSpecifier:
+        return None  # the pin check above says it does not parse
+    lib, count = cxx[0]
+    torch = artifact.torch
+    if torch is not None:
+        built = Version(torch.public_version)
+        minors = [Version(f"{built.major}.{built.minor + 1}.0")] + (
+            [Version(f"{built.major}.{built.minor - 1}.0")] if built.minor else [])
+        wider = [str(v) for v in minors if spec.contains(v, prereleases=True)]
+        basis = f"the target torch {torch.version}, chosen by that requirement"
+    else:
+        wider = ["any later torch"] if spec.contains(Version("999.0"), prereleases=True) else []
+        basis = "no upper bound"
+    if not wider:
+        return None
+    return failed("wheel-tag", f"{artifact.wheel.path.name if artifact.wheel else artifact.label}: torch "
+                  f"requirement 'torch{requirement}' allows {', '.join(wider)} ({basis}), but {lib.member} uses "
+                  f"{count} symbol(s) of torch's C++ ABI, which changes every minor: it fails to load (undefined "
+                  "symbol) on another minor.", fix, "torch-pin")
 
 
 def _release_results(artifact: ArtifactContext, wheel: Wheel) -> list[CheckResult]:

@@ -1,0 +1,156 @@
+"""Wheels kiln did not build (no build info): what only kiln's build info could say is "not checked", never a pass
+text; the torch requirement is judged against what the binaries link (no pin, or one wider than the torch minor
+torch's C++ ABI binds them to, is a finding); a needed library that an uninstalled declared dependency may ship is
+unknown, not missing; auditwheel's grafted libcudart name counts as the CUDA runtime; and no check of one library
+is both an ERROR and ok in one report. Built from small sources with gcc/g++ against the installed torch."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from audit_corpus import TORCH_LIB, make_wheel, patchelf
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from kiln_tool.audit import AuditOptions, audit_paths
+from kiln_tool.audit import target as target_module
+from kiln_tool.audit.report import ArtifactReport, CheckResult
+
+TAG = "cp311-cp311-manylinux_2_28_x86_64"
+CXX = """
+namespace c10 { struct Allocator; Allocator* GetCPUAllocator(); }
+extern "C" __attribute__((visibility("default"))) void* kiln_alloc(void) { return c10::GetCPUAllocator(); }
+"""
+PLAIN = 'extern "C" __attribute__((visibility("default"))) int kiln_plain(int x) { return 2 * x; }\n'
+
+
+def _build(tmp: Path, name: str, source: str, *flags: str) -> bytes:
+    tmp.mkdir(parents=True, exist_ok=True)
+    (tmp / f"{name}.cpp").write_text(source)
+    subprocess.run(["g++", "-shared", "-fPIC", "-O1", "-fvisibility=hidden", "-Wl,-z,noexecstack",
+                    "-Wl,--enable-new-dtags", "-Wl,-rpath,$ORIGIN/../torch/lib", "-o", name, f"{name}.cpp", *flags],
+                   check=True, capture_output=True, cwd=tmp)
+    return (tmp / name).read_bytes()
+
+
+@pytest.fixture(scope="module")
+def libs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
+    if shutil.which("g++") is None or not (TORCH_LIB / "libc10.so").is_file():
+        pytest.skip("needs g++ and the installed torch")
+    tmp = tmp_path_factory.mktemp("foreign-wheels")
+    built = {
+        # torch's C++ ABI: a c10:: function
+        "cxx.so": _build(tmp, "cxx.so", CXX, f"-L{TORCH_LIB}", "-lc10"),
+        # links libc10.so but binds none of its C++ symbols (as a LibTorch stable-ABI library's C shims do)
+        "linked.so": _build(tmp, "linked.so", PLAIN, f"-L{TORCH_LIB}", "-Wl,--no-as-needed", "-lc10"),
+    }
+    for name, needed in (("blas.so", "libkilnblas.so.1"), ("grafted.so", "libcudart-1a2b3c4d.so.12")):
+        (tmp / name).write_bytes(_build(tmp, name, PLAIN))
+        subprocess.run([patchelf(), "--add-needed", needed, str(tmp / name)], check=True, capture_output=True)
+        built[name] = (tmp / name).read_bytes()
+    return built
+
+
+@pytest.fixture(autouse=True)
+def installed_torch_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(target_module, "candidate_lib_dirs", lambda: [TORCH_LIB])
+
+
+def _audit(tmp: Path, files: dict[str, bytes], requires: tuple[str, ...] = (), **kwargs: object) -> ArtifactReport:
+    tmp.mkdir(parents=True, exist_ok=True)
+    wheel = make_wheel(tmp, files, tag=TAG, requires=requires, **kwargs)  # type: ignore[arg-type]
+    (artifact,) = audit_paths([wheel], AuditOptions()).artifacts
+    return artifact
+
+
+def _failed(artifact: ArtifactReport) -> dict[tuple[str, str], CheckResult]:
+    return {(c.id, c.finding): c for _, c in artifact.rows() if not c.ok}
+
+
+def _never_error_and_ok(artifact: ArtifactReport) -> None:
+    for where in [None, *artifact.libraries]:
+        results = artifact.checks if where is None else where.checks
+        errors = {c.id for c in results if not c.ok and c.severity == "error"}
+        assert not [c for c in results if c.ok and c.id in errors], results
+
+
+def test_a_torch_extension_with_no_torch_requirement_is_a_finding(libs: dict[str, bytes], tmp_path: Path) -> None:
+    artifact = _audit(tmp_path, {"kilntest/cxx.so": libs["cxx.so"]})
+    found = _failed(artifact)
+    pin = found[("wheel-tag", "torch-pin")]
+    assert pin.severity == "error"
+    assert "METADATA requires no torch, but kilntest/cxx.so links libc10.so: pip installs it beside any torch" in \
+        " ".join(pin.detail.split())
+    _never_error_and_ok(artifact)
+
+
+@pytest.mark.parametrize(("requirement", "wider"), [
+    ("torch==2.13.0", None), ("torch==2.13.*", None), ("torch>=2.13,<2.14", None),
+    ("torch>=2.13", "2.14.0"), ("torch>=2.12,<2.14", "2.12.0"), ("torch<3,>=2.4", "2.14.0, 2.12.0"),
+])
+def test_a_pin_wider_than_the_torch_minor_of_cxx_symbols_is_a_finding(libs: dict[str, bytes], tmp_path: Path,
+                                                                      requirement: str, wider: str | None) -> None:
+    artifact = _audit(tmp_path, {"kilntest/cxx.so": libs["cxx.so"]}, (requirement,))
+    pin = _failed(artifact).get(("wheel-tag", "torch-pin"))
+    if wider is None:
+        assert pin is None, pin
+        (tag,) = [c for c in artifact.checks if c.id == "wheel-tag" and c.ok and "agree" in c.detail]
+        assert "not checked: local version and CUDA variant against the build (the wheel has no kiln build info)" \
+            in tag.detail and "torch pin" not in tag.detail
+    else:
+        assert pin is not None and f"allows {wider} (the target torch 2.13.0" in pin.detail
+        assert "uses 1 symbol(s) of torch's C++ ABI" in pin.detail
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(lower=st.sampled_from([None, "2.11", "2.12", "2.13", "2.13.0"]),
+       upper=st.sampled_from([None, "2.13.1", "2.14", "2.15", "3"]))
+def test_only_torch_cxx_symbols_bind_a_pin_to_one_minor(libs: dict[str, bytes],
+                                                         tmp_path_factory: pytest.TempPathFactory,
+                                                         lower: str | None, upper: str | None) -> None:
+    """For any range that selects torch 2.13: a finding exactly when the range also admits 2.12 or 2.14 and the
+    library binds torch's C++ ABI; a library that only links libc10.so (no C++ symbol) is never held to one minor."""
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import Version
+
+    spec = ",".join(p for p in (f">={lower}" if lower else "", f"<{upper}" if upper else "") if p)
+    if not SpecifierSet(spec).contains(Version("2.13.0")):
+        return
+    tmp = tmp_path_factory.mktemp("pin")
+    wider = any(SpecifierSet(spec).contains(Version(v)) for v in ("2.12.0", "2.14.0"))
+    cxx = _failed(_audit(tmp, {"kilntest/cxx.so": libs["cxx.so"]}, (f"torch{spec}",)))
+    assert (("wheel-tag", "torch-pin") in cxx) == wider, (spec, cxx)
+    linked = _failed(_audit(tmp, {"kilntest/linked.so": libs["linked.so"]}, (f"torch{spec}",), name="kilnlinked"))
+    assert ("wheel-tag", "torch-pin") not in linked, spec
+
+
+def test_a_library_an_uninstalled_declared_dependency_may_ship_is_unknown_not_missing(
+        libs: dict[str, bytes], tmp_path: Path) -> None:
+    declared = _audit(tmp_path / "a", {"kilntest/blas.so": libs["blas.so"]}, ("torch==2.13.0", "kilnblas-cu12>=1"))
+    found = {k: c for k, c in _failed(declared).items() if k[0] == "undefined-symbols"}
+    assert set(found) == {("undefined-symbols", "dependency-unknown")}, found
+    check = found[("undefined-symbols", "dependency-unknown")]
+    assert check.severity == "warning"
+    assert "libkilnblas.so.1, which the declared dependency 'kilnblas-cu12>=1' may ship" in check.detail
+    assert "not found" not in " ".join(c.detail for _, c in declared.rows())
+    _never_error_and_ok(declared)
+    # Not declared: it is missing, an error.
+    undeclared = _audit(tmp_path / "b", {"kilntest/blas.so": libs["blas.so"]}, ("torch==2.13.0", "numpy"))
+    missing = _failed(undeclared)[("undefined-symbols", "")]
+    assert missing.severity == "error" and "not found in the installed layout: libkilnblas.so.1" in missing.detail
+    _never_error_and_ok(undeclared)
+
+
+def test_the_cudart_name_auditwheel_grafts_is_the_cuda_runtime(libs: dict[str, bytes], tmp_path: Path) -> None:
+    # A CPU build (build info cuda: null) whose library needs auditwheel's grafted libcudart-<hash>.so.12.
+    info = {"version": "0.1.0", "python_tag": "cp311", "cuda": None, "torch_version": "2.13.0+cpu",
+            "abi_mode": "torch", "cuda_tag": "cpu"}
+    grafted = "kilntest.libs/libcudart-1a2b3c4d.so.12"
+    artifact = _audit(tmp_path, {"kilntest/grafted.so": libs["grafted.so"], grafted: libs["blas.so"]},
+                      ("torch==2.13.0",), build_info=info)
+    tag = _failed(artifact)[("wheel-tag", "")]
+    assert "a CPU build (build info cuda: null) whose binaries need libcudart.so.12" in tag.detail
+    _never_error_and_ok(artifact)
