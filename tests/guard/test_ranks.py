@@ -196,6 +196,8 @@ def test_a_rank_that_never_joins_ends_the_check_with_a_timeout(job_dir: Path,
         assert re.search(r"rank [01]: opkiln: rank 2 of 3 never answered within 3 s \(answered: 0-1\)",
                          outcome.output), shown
     assert outcomes[2].returncode == -9, "the hung host runs on until the test ends it\n" + shown
+    print(f"\nthe timeout: hosts 0 and 1 stopped after {outcomes[0].seconds:.1f} s and {outcomes[1].seconds:.1f} s "
+          f"(torchrun start, import torch, the {deadline:g} s deadline)")
 
 
 # --- ringops: a kiln-built fixture project --------------------------------------------------------------------
