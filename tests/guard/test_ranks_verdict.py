@@ -197,3 +197,20 @@ def test_ranks_script_command(tmp_path: Path) -> None:
                           text=True, check=False)
     assert proc.returncode == 2 and "is a folder" in proc.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["kiln_ranks.py"], "nothing half-written"
+
+
+def test_a_rank_whose_store_never_comes_up_stops(monkeypatch: pytest.MonkeyPatch,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """Rank 1 of a job whose rank 0 (serving the store outside torchrun) never started: exit 1, naming the store
+    and rank 0, within the deadline."""
+    port = _free_port()
+    for name, value in {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
+                        "MASTER_PORT": str(port)}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("TORCHELASTIC_USE_AGENT_STORE", raising=False)
+    started = time.monotonic()
+    assert ranks.main("json", ["--timeout", "1"]) == 1
+    assert time.monotonic() - started < 30
+    err = capsys.readouterr().err
+    assert f"rank 1: cannot reach the job's store at 127.0.0.1:{port} (rank 0 serves it: has rank 0 started the " \
+           "check?) within 1 s" in err, err

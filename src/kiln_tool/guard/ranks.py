@@ -412,8 +412,9 @@ def _store(rank: int, world: int, timeout: timedelta) -> tuple[Any, bool]:
         store = dist.TCPStore(  # type: ignore[attr-defined]
             addr, int(port), world, serve, timeout=timeout, wait_for_workers=False)
     except Exception as exc:
-        raise RanksError(f"cannot reach the job's store at {addr}:{port} within {timeout.total_seconds():g} s: "
-                         f"{_first_line(exc)}") from None
+        who = "" if agent else " (rank 0 serves it: has rank 0 started the check?)"
+        raise RanksError(f"cannot reach the job's store at {addr}:{port}{who} within {timeout.total_seconds():g} "
+                         f"s: {_first_line(exc)}") from None
     return store, serve
 
 
