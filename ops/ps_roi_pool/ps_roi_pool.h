@@ -41,7 +41,7 @@ struct PsRoiPool {
 
   struct Window {
     std::int64_t h0, h1, w0, w1;
-    bool empty() const { return h1 <= h0 || w1 <= w0; }
+    OPKILN_HD bool empty() const { return h1 <= h0 || w1 <= w0; }
   };
 
   // `edge`: 1 in the forward (clip to size - 1), 0 in the backward (clip to size).

@@ -1,5 +1,12 @@
-"""`kiln new-op NAME [--schema SCHEMA] [--backward]`: the files of a new op, from the templates in
-kiln_tool/templates/new_op/, shaped by its schema (kiln_tool/op_schema.py; default NAME(Tensor x) -> Tensor).
+"""`kiln new-op NAME [--kind KIND] [--schema SCHEMA] [--backward]`: the files of a new op, from the templates in
+kiln_tool/templates/new_op/, shaped by its kind (KINDS) and schema (kiln_tool/op_schema.py; default
+NAME(Tensor x) -> Tensor).
+
+Kinds: "elementwise" (the default: any schema, a kernel over the first tensor's elements, the binding
+and wrapper in the schema's order) and "ps-roi" (a member of the position-sensitive RoI family,
+ops/common/ps_roi.h: the schema is the family's, ps_roi_schemas, so the wrapper takes
+torchvision.ops.ps_roi_*'s signature; the op writes only its per-bin math, the family's drivers,
+binding and Python registration do the rest; always with its backward).
 
 What it writes is what docs/adding-an-op.md walks through:
   ops/NAME/NAME.h, NAME_cpu.cpp, NAME_cuda.cu   the kernel core (raw pointers, no torch header)
@@ -46,6 +53,23 @@ CXX_KEYWORDS = _cxx_keywords()
 # Folders of ops/ that are not ops, and names the binding's namespace or the facade already use.
 RESERVED = frozenset({"common", "facade", "kernels", "opkiln", "ops", "torch", "stable", "cuda", "cpu", "at", "c10",
                       "std"})
+
+
+KINDS = ("elementwise", "ps-roi")
+
+# The position-sensitive RoI family's schemas (ops/common/ps_roi.h, facade/ps_roi.h): the forward's
+# parameters, then its backward's, derived from them, in one place (tests/new_op checks that the
+# family's ops register exactly these).
+PS_ROI_PARAMS = "Tensor input, Tensor rois, float spatial_scale, int pooled_height, int pooled_width"
+PS_ROI_EXTRA = "int sampling_ratio"  # the one optional parameter the family's binding knows (PsRoiArgs)
+
+
+def ps_roi_schemas(name: str, sampling_ratio: bool) -> tuple[str, str]:
+    """The forward and backward schemas of the family member `name` (with or without sampling_ratio)."""
+    params = PS_ROI_PARAMS + (f", {PS_ROI_EXTRA}" if sampling_ratio else "")
+    backward_params = params.replace("Tensor input, Tensor rois,", "Tensor grad, Tensor rois, Tensor channel_mapping,")
+    return (f"{name}({params}) -> (Tensor, Tensor)",
+            f"_{name}_backward({backward_params}, int batch_size, int channels, int height, int width) -> Tensor")
 
 
 class NewOpError(ValueError):
@@ -364,12 +388,56 @@ def _add_to_docstring(source: str, s: Schema, backward: bool) -> str:
     return source[:found.end()] + bullet + source[found.end():]
 
 
-def plan(name: str, root: Path, schema: str | None = None, backward: bool = False) -> Plan:
-    """Validates `name` (and `schema`, default NAME(Tensor x) -> Tensor) and renders every file; writes nothing."""
+def _ps_roi_plan(name: str, root: Path, schema: str | None) -> Plan:
+    """A position-sensitive RoI op: its per-bin math skeleton, the family's binding, wrapper and tests."""
+    with_sr, without_sr = ps_roi_schemas(name, True)[0], ps_roi_schemas(name, False)[0]
+    if schema is not None and " ".join(schema.split()) not in (with_sr, without_sr):
+        raise NewOpError(f"a ps-roi op takes the family's schema: {without_sr!r}, or {with_sr!r} (another "
+                         f"parameter needs a field of facade/ps_roi.h's PsRoiArgs first)")
+    sampling_ratio = schema is not None and "sampling_ratio" in schema
+    forward, backward = ps_roi_schemas(name, sampling_ratio)
+    pascal = "".join(word.capitalize() for word in name.split("_"))
+    values = {
+        "op": name, "pascal": pascal, "py_class": pascal, "schema": forward,
+        "schemas": f"  m.def({_cxx_string(forward, '        ')});\n  m.def({_cxx_string(backward, '        ')});",
+        "sr_param": ", std::int64_t sampling_ratio" if sampling_ratio else "",
+        "sr_value": "sampling_ratio" if sampling_ratio else "-1",
+        "sr_py_param": ", sampling_ratio: int = -1" if sampling_ratio else "",
+        "sr_py_arg": ", sampling_ratio" if sampling_ratio else "",
+        "sr_init_param": ", sampling_ratio: int" if sampling_ratio else "",
+        "sr_init_body": "\n        self.sampling_ratio = sampling_ratio" if sampling_ratio else "",
+        "sr_self_arg": ", self.sampling_ratio" if sampling_ratio else "",
+        "sr_sample": "2," if sampling_ratio else "",
+    }
+    folder = root / "ops" / name
+    driver = {"cpu.cpp": ("CPU", "common/ps_roi_cpu.h"), "cuda.cu": ("CUDA", "common/ps_roi_cuda.cuh")}
+    new_files = {
+        folder / f"{name}.h": _wrap(_render("ps_roi_op.h.tmpl", **values)),
+        **{folder / f"{name}_{suffix}": (f"// {name}'s {device} kernels: the family's drivers over its per-bin math.\n"
+                                         f'#include "{name}/{name}.h"\n#include "{header}"\n\n'
+                                         f"OPKILN_PS_ROI_{device}({pascal});\n")
+           for suffix, (device, header) in driver.items()},
+        folder / "binding.cpp": _wrap(_render("ps_roi_binding.cpp.tmpl", **values)),
+        root / "tests" / "ops" / f"test_{name}.py": _wrap(_render("ps_roi_test.py.tmpl", **values)),
+    }
+    ops_py = root / "python" / "opkiln" / "ops.py"
+    parsed = parse_schema(forward, CXX_KEYWORDS)
+    text = _add_to_docstring(_add_to_all(_add_to_all(ops_py.read_text(), name), pascal), parsed, True)
+    text = text.rstrip("\n") + "\n" + _wrap(_render("ps_roi_ops_section.py.tmpl", **values))
+    return Plan(root, name, new_files, ops_py, text)
+
+
+def plan(name: str, root: Path, schema: str | None = None, backward: bool = False, kind: str = "elementwise") -> Plan:
+    """Validates `name` (and `schema`, default NAME(Tensor x) -> Tensor) and renders every file of an op of
+    `kind` (KINDS); writes nothing."""
     root = root.resolve()
     if not (root / "ops" / "facade" / "facade.h").is_file() or not (root / "python" / "opkiln" / "ops.py").is_file():
         raise NewOpError(f"{root} is not an opkiln checkout (no ops/facade/facade.h or python/opkiln/ops.py)")
     validate_name(name, root)
+    if kind not in KINDS:
+        raise NewOpError(f"unknown kind {kind!r}; one of {', '.join(KINDS)}")
+    if kind == "ps-roi":
+        return _ps_roi_plan(name, root, schema)
     try:
         s = parse_schema(schema, CXX_KEYWORDS) if schema is not None else parse_schema(f"{name}(Tensor x) -> Tensor")
     except SchemaError as exc:

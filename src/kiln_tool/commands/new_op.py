@@ -15,6 +15,10 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                         help='the op\'s schema, e.g. "NAME(Tensor input, Tensor rois, float scale, int size) -> '
                              '(Tensor, Tensor)": Tensor, float, int and bool arguments, one or more Tensor results '
                              '(default: "NAME(Tensor x) -> Tensor")')
+    parser.add_argument("--kind", default="elementwise", choices=["elementwise", "ps-roi"],
+                        help="elementwise (default): any --schema, a kernel over the first tensor's elements; "
+                             "ps-roi: a position-sensitive RoI op on ops/common/ps_roi.h (the family's schema, "
+                             "torchvision's signature; --schema only to add 'int sampling_ratio'; the backward always)")
     parser.add_argument("--backward", action="store_true",
                         help="also an internal backward op _NAME_backward (gradient of the first tensor argument), its "
                              "fake impl, the autograd formula and a double-backward guard")
@@ -27,7 +31,7 @@ def execute(args: argparse.Namespace) -> int:
 
     root: Path = args.root if args.root is not None else project_dir()
     try:
-        written = write(plan(args.name, root, args.schema, args.backward))
+        written = write(plan(args.name, root, args.schema, args.backward, args.kind))
     except NewOpError as exc:
         print(f"kiln new-op: {exc}; nothing written", file=sys.stderr)
         return 2
