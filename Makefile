@@ -25,7 +25,7 @@ VARIANT ?= cpu
 MATRIX ?=
 PYTEST_ARGS ?=
 
-.PHONY: help venv dev-venv bench-venv build-venvs setup wheels test system-deps system-deps-build suite lint repro bench gpu-carry clean cibuildwheel release-rehearsal container-repro compile-cost
+.PHONY: help venv dev-venv bench-venv build-venvs setup wheels test system-deps system-deps-build suite lint repro bench gpu-carry clean cibuildwheel release-rehearsal adopter-rehearsal container-repro compile-cost
 
 help:
 	@echo "make wheels            build + repair + audit the default wheel (torch 2.13 CPU) into dist/"
@@ -35,12 +35,13 @@ help:
 	@echo "make suite             the test suite only (every local wheel, then pytest)"
 	@echo "make setup             what make test sets up before it runs anything: Debian packages, the dev venv,"
 	@echo "                       every local build venv"
-	@echo "make lint              ruff + mypy"
+	@echo "make lint              ruff + mypy + zizmor"
 	@echo "make kiln-wheel        the tool alone as the distribution torch-kiln, into dist/kiln/ (reproducible)"
 	@echo "make venv / dev-venv   the repo venv .venv with the tool (kiln.txt) / + build, lint, test tools (dev.txt)"
 	@echo "make cibuildwheel      cibuildwheel in manylinux containers (a stand-in base where the real image"
 	@echo "                       cannot be pulled): cp311 CPU + cu130 wheels, built, repaired, audited, tested"
 	@echo "make release-rehearsal the release path on those wheels, a site on 127.0.0.1, pip/uv installs"
+	@echo "make adopter-rehearsal the same for a project that is not opkiln (tests/adopters/projects/ringops)"
 	@echo "make container-repro   two container builds of the CPU wheel, compared byte for byte"
 	@echo "make compile-cost      benchmark: a second cu130 wheel's compile cost and cache hits"
 
@@ -100,6 +101,7 @@ suite: dev-venv
 lint: dev-venv
 	$(VENV)/bin/ruff check python src scripts tests benchmarks tools
 	$(VENV)/bin/mypy python/opkiln src/kiln_tool
+	$(VENV)/bin/zizmor --offline --no-progress .github/workflows
 
 # repro: two builds of the same sources under varied conditions, compared byte for byte.
 repro: venv
@@ -152,6 +154,18 @@ cibuildwheel: dev-venv
 
 release-rehearsal: dev-venv
 	$(KILN) release-rehearsal --base $(CONTAINER_BASE) --wheels wheelhouse --work build/rehearsal
+
+# adopter-rehearsal: the same container pipeline for a project that is not opkiln (tests/adopters/projects/
+# ringops: one [tool.kiln] table, no [tool.cibuildwheel]): kiln cibuildwheel (kiln's generated table, the
+# torch-kiln wheel of this tree installed in the containers), then its release rehearsal.
+ADOPTER := tests/adopters/projects/ringops
+adopter-rehearsal: dev-venv kiln-wheel
+	rm -rf build/adopter-wheelhouse
+	wheel="$$(ls $(abspath $(KILN_WHEEL_DIR))/torch_kiln-*.whl)"; \
+	$(KILN) -C $(ADOPTER) cibuildwheel --base $(CONTAINER_BASE) --kiln-wheel "$$wheel" \
+	  --out $(abspath build/adopter-wheelhouse) --logs $(abspath build/adopter-cibuildwheel) && \
+	$(KILN) -C $(ADOPTER) release-rehearsal --base $(CONTAINER_BASE) --kiln-wheel "$$wheel" \
+	  --wheels $(abspath build/adopter-wheelhouse) --work $(abspath build/adopter-rehearsal)
 
 container-repro: dev-venv
 	$(KILN) cibuildwheel --base $(CONTAINER_BASE) --repro --variant cpu --out build/container-repro
