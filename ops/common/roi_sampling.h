@@ -1,7 +1,14 @@
-// The bilinear sampling geometry of RoIAlign-like ops (torchvision's rules: roi_align, and
-// ps_roi_align's would be the same), shared by CPU and CUDA cores so that both place every sample
-// and weigh every bilinear tap identically: where a roi's sample grid lies, how many samples a
-// bin takes, and the four taps of a sample. Plain C++; host/device qualified under nvcc.
+// The bilinear sampling geometry of roi_align (torchvision's rules), shared by its CPU and CUDA cores
+// so that both place every sample and weigh every bilinear tap identically: where a roi's sample grid
+// lies, how many samples a bin takes, and the four taps of a sample. Plain C++; host/device qualified
+// under nvcc.
+//
+// What holds for which op: `bilinear` (the taps and torchvision's boundary rules) is every
+// bilinear RoI op's, ps_roi_align's too. `make_roi`, `sample_x/y` and `Roi::count` are roi_align's
+// only: torchvision's ps_roi_align places samples at start + p * bin + (i + 0.5) * bin / grid (not
+// (i + 0.5) * (bin / grid)), always shifts by -0.5, never clamps a roi to one pixel, takes ceil(bin)
+// as a (possibly zero or negative) int grid, and divides by grid_h * grid_w unclamped, so a zero grid
+// gives 0 / 0 = NaN where roi_align gives 0 (ops/ps_roi_align/ps_roi_align.h has its rules).
 #pragma once
 
 #include <cmath>
