@@ -8,6 +8,7 @@ calls kiln and release.yml make, the way gh answers them, and refuses everything
   gh release create TAG --repo R [...]            a new, empty release
   gh release upload TAG FILE... --repo R          never over an existing name (gh without --clobber)
   gh release list ... --json tagName --jq ...      prints $FAKE_EARLIER_RELEASES
+  gh release list --repo R --json tagName [...]   every release's tag (JSON), as gh prints it
   gh api repos/R/pages --jq .html_url              prints $FAKE_PAGES_URL
 
 Assets live in $FAKE_GH_ROOT/R/releases/download/TAG/NAME: serve $FAKE_GH_ROOT over HTTP and set
@@ -93,6 +94,12 @@ def main(argv: list[str]) -> int:
             return 0
         return _die(f"fake gh: unexpected {' '.join(argv)}", 9)
     if args[:2] == ["release", "list"]:
+        if "--jq" not in args:  # kiln: every release's tag, as gh prints --json tagName
+            repo = _option(args, "--repo") or ""
+            where = Path(os.environ["FAKE_GH_ROOT"]) / repo / "releases" / "download"
+            tags = sorted(p.name for p in where.iterdir()) if where.is_dir() else []
+            print(json.dumps([{"tagName": tag} for tag in tags]))
+            return 0
         print(os.environ.get("FAKE_EARLIER_RELEASES", "0"))
         return 0
     if args[:1] != ["release"] or len(args) < 3:

@@ -1,26 +1,37 @@
 """The one release path: what release.yml's index job runs and `kiln release-rehearsal` runs the same way.
 
+    0. take one snapshot of DIST (regular files only, each within the archive bounds, copied once and hashed):
+       every later step reads these copies, so what is audited is what is published;
     1. record the ABI of every torch the wheels target that is neither recorded nor installed
        (`kiln torch-abi --for-wheels`: downloaded from the matrix's torch index, never installed);
     2. audit every wheel with the release rules (`kiln audit --release`: the release floor);
-    3. fetch the published site: its manifest, and only the wheels that live in the site folder itself
+    3. fetch the published site (bounded: index/http_fetch.py): its manifest, read strictly and checked against
+       the live pages (a stale cached copy is refused), and only the wheels that live in the site folder itself
        (each checked by sha256); wheels in storage (data/storage.json: release assets, a bucket) are not
        downloaded but checked against the storage's own listing; or start empty only for the first release;
-    4. merge the wheels into it (`kiln index`: append-only, audited again, atomic): with a storage, each new
-       wheel is uploaded (never over an existing name), read back by the storage's digest, then listed.
+    4. a new wheel's name must be free everywhere wheels live (index/ledger.py: every release's assets, the live
+       site folder) unless held with the very bytes;
+    5. merge the snapshot into it (`kiln index`: append-only, atomic, exactly the audited bytes): with a storage,
+       each new wheel is uploaded (never over an existing name), read back by the storage's digest, then listed;
+    6. where the storage can decide between racing writers (a bucket), claim the published state built on; then
+       check that the live manifest is still the one built on (else another release deployed meanwhile).
 
 Any step that fails stops the release with its exit code; SITE then holds at most the fetched,
-unchanged published site, never a half-merged one, and the storage at most uploaded-but-unlisted
-wheels that the next run adopts (same bytes) or refuses (other bytes).
+unchanged published site, never a half-merged one (empty after a lost race), and the storage at most
+uploaded-but-unlisted wheels that the next run adopts (same bytes) or refuses (other bytes).
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
+import shutil
 import sys
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .index.storage import GhCli
@@ -54,15 +65,104 @@ def _record_torch_abis(wheels: list[Path], say: Say) -> tuple[str, ...]:
     return tuple(needed)
 
 
-def _audit(wheels: list[Path], say: Say) -> None:
-    from .audit import AuditOptions, audit_paths
+def _audit(wheels: list[Path], dist: Path, say: Say) -> None:
+    from .audit import AuditInputError, AuditOptions, audit_paths
     from .audit.release_rule import release_rule
 
-    report = audit_paths(wheels, AuditOptions(release=release_rule()))
+    try:
+        report = audit_paths(wheels, AuditOptions(release=release_rule()))
+    except AuditInputError as exc:
+        raise ReleaseError("audit", f"the audit cannot read a wheel: {exc}", 2) from None
     if not report.ok:
-        sys.stdout.write(report.render_text())
+        sys.stdout.write(report.render_text().replace(str(wheels[0].parent), str(dist)))
         raise ReleaseError("audit", "a wheel fails the release audit (above); nothing was published", 1)
     say(f"release: {len(wheels)} wheel(s) pass the release audit")
+
+
+def snapshot_dist(dist: Path, into: Path) -> dict[str, str]:
+    """One snapshot of DIST, taken before anything else reads it: regular files only (a link, FIFO, device or
+    folder is refused as `kiln index` refuses it, before anything opens it), each checked against the archive
+    bounds before a byte is copied, copied once into ``into`` and hashed while copied. Everything after (the
+    torch ABIs, the release audit, staging, upload, listing) reads these copies: a wheel that lands in DIST
+    later, or a file changed after, is not published. Returns name -> sha256."""
+    from .index import IndexInputError
+    from .index.publish import _unusable, list_dist, open_regular
+    from .safezip import UnsafeArchiveError, check_archive
+
+    try:
+        paths, problems = list_dist(dist)
+    except IndexInputError as exc:
+        raise ReleaseError("input", str(exc), 2) from None
+    if problems:
+        raise ReleaseError("input", str(_unusable(dist, problems)), 2)
+    if not paths:
+        raise ReleaseError("input", f"{dist} holds no wheel", 2)
+    hashes: dict[str, str] = {}
+    for path, _parsed in paths:
+        try:
+            fd = open_regular(path)
+        except IndexInputError as exc:
+            problems.append(str(exc))
+            continue
+        with os.fdopen(fd, "rb") as fh:
+            try:
+                check_archive(fh)
+            except UnsafeArchiveError as exc:
+                problems.append(f"{path.name}: corrupt wheel (or unsafe): {exc}; not copied")
+                continue
+            fh.seek(0)
+            digest = hashlib.sha256()
+            with (into / path.name).open("xb") as out:
+                while chunk := fh.read(1 << 20):
+                    digest.update(chunk)
+                    out.write(chunk)
+            hashes[path.name] = digest.hexdigest()
+    if problems:
+        raise ReleaseError("input", str(_unusable(dist, problems)), 2)
+    return hashes
+
+
+def _claim_successor(storage: object, site: Path, fetched: bytes | None) -> None:
+    """Where the storage can decide between racing writers (a bucket's conditional PUT), claim the published
+    state this release built on: one successor per state. A second release built on the same state would drop
+    the first one's wheels when deployed after it, so it is refused (exit 1) however the deploys are ordered;
+    its rerun merges onto the state the first one deployed. A rerun of the same release (same site) holds the
+    claim already."""
+    claim = getattr(storage, "claim", None)
+    if claim is None:
+        return
+    from .index import KilnIndexError
+
+    base = hashlib.sha256(fetched or b"").hexdigest()
+    ours = hashlib.sha256((site / "kiln-index.json").read_bytes()).hexdigest().encode("ascii")
+    name = f".kiln-claims/{base}"
+    try:
+        held = claim(name, ours)
+    except KilnIndexError as exc:
+        raise ReleaseError("storage", str(exc), exc.exit_code) from None
+    if held is not None and held != ours:
+        shutil.rmtree(site, ignore_errors=True)
+        raise ReleaseError("race", f"another release already built on the same published state (its claim "
+                           f"{name} in {getattr(storage, 'where', lambda: 'the storage')()} names another site): "
+                           "deploying both would drop one's wheels; SITE was emptied. Rerun once that release is "
+                           "deployed (if it never deployed, delete that claim first)", 1)
+
+
+def _still_published(site: Path, published_url: str, fetched: bytes | None) -> None:
+    """The live manifest must still be the one this release built on: another release that deployed meanwhile
+    would be dropped by deploying SITE. Then SITE is emptied (nothing to deploy) and the release refused (exit 1):
+    a rerun merges onto the new state and adopts this run's uploads (same bytes)."""
+    from .index.fetch import FetchError, published_manifest
+
+    try:
+        now = published_manifest(published_url)
+    except FetchError as exc:
+        raise ReleaseError("fetch", f"re-checking the published site: {exc}", exc.exit_code) from None
+    if now != fetched:
+        shutil.rmtree(site, ignore_errors=True)
+        raise ReleaseError("race", f"{published_url} changed during this release (another release deployed?): "
+                           "deploying this site would drop what that release listed; SITE was emptied, rerun the "
+                           "release to merge onto the published state", 1)
 
 
 def run_release(dist: Path, site: Path, base_url: str, published_url: str | None, *, first_release: bool,
@@ -70,27 +170,45 @@ def run_release(dist: Path, site: Path, base_url: str, published_url: str | None
                 tag: str | None = None, gh: GhCli | None = None) -> ReleaseResult:
     """``storage_config``: data/storage.json when None (this repository: the release's assets); ``gh``: how
     gh is run (default: `gh` on PATH)."""
-    from .index import KilnIndexError, build_index
-    from .index.fetch import FetchError, fetch_site
-    from .index.storage import load_config, open_storage
+    from .index.storage import load_config
 
-    wheels = sorted(dist.glob("*.whl"))
-    if not wheels:
-        raise ReleaseError("input", f"{dist} holds no wheel", 2)
     if published_url is None and not first_release:
         raise ReleaseError("input", "name the published site (--published URL); only the first release may "
                            "start from an empty one (--first-release)", 2)
     if site.exists() and any(site.iterdir()):
         raise ReleaseError("input", f"{site} is not empty: the release fetches the published site into it", 2)
+    if not dist.is_dir():
+        raise ReleaseError("input", f"{dist}: no such directory", 2)
+    from .index import KilnIndexError
+
     try:
-        storage = open_storage(load_config(storage_config), repository=repository, tag=tag, gh=gh)
+        config = load_config(storage_config)
+    except KilnIndexError as exc:
+        raise ReleaseError("storage", str(exc), exc.exit_code) from None
+    with tempfile.TemporaryDirectory(prefix="kiln-release-dist-") as tmp:
+        snapshot = Path(tmp)
+        hashes = snapshot_dist(dist, snapshot)
+        return _release(snapshot, hashes, dist, site, base_url, published_url, first_release=first_release, say=say,
+                        config=config, repository=repository, tag=tag, gh=gh)
+
+
+def _release(snapshot: Path, hashes: dict[str, str], dist: Path, site: Path, base_url: str,
+             published_url: str | None, *, first_release: bool, say: Say, config: dict[str, Any],
+             repository: str | None, tag: str | None, gh: GhCli | None) -> ReleaseResult:
+    from .index import KilnIndexError, build_index
+    from .index.fetch import FetchError, fetch_site
+    from .index.storage import open_storage
+
+    wheels = sorted(snapshot.iterdir())
+    try:
+        storage = open_storage(config, repository=repository, tag=tag, gh=gh)
     except KilnIndexError as exc:
         raise ReleaseError("storage", str(exc), exc.exit_code) from None
     try:
         recorded = _record_torch_abis(wheels, say)
     except Exception as exc:
         raise ReleaseError("torch-abi", str(exc), 2) from None
-    _audit(wheels, say)
+    _audit(wheels, dist, say)
     fetched = 0
     stats: dict[str, int] = {}
     if published_url is not None:
@@ -104,12 +222,25 @@ def run_release(dist: Path, site: Path, base_url: str, published_url: str | None
         site.mkdir(parents=True, exist_ok=True)
         say("release: first release: the site starts empty")
     try:
+        from .index.ledger import check_names_free
+
+        check_names_free(storage, hashes, site, published_url)
+    except KilnIndexError as exc:
+        raise ReleaseError("storage", str(exc), exc.exit_code) from None
+    manifest_path = site / "kiln-index.json"
+    fetched_manifest = manifest_path.read_bytes() if manifest_path.is_file() else None
+    try:
         # SITE holds the fetched manifest and no page, and is deployed whole: every page is rendered.
-        result = build_index(dist, site, base_url, log=say, storage=storage, render_all=True)
+        # The snapshot's wheels were audited above with the release rules: exactly those bytes are listed.
+        result = build_index(snapshot, site, base_url, log=say, storage=storage, render_all=True, audit=None,
+                             audited=hashes)
     except KilnIndexError as exc:
         raise ReleaseError("index", str(exc), exc.exit_code) from None
     except OSError as exc:
         raise ReleaseError("index", f"cannot write the site: {exc}", 2) from None
+    _claim_successor(storage, site, fetched_manifest)
+    if published_url is not None:
+        _still_published(site, published_url, fetched_manifest)
     added = tuple(w.filename for w in result.added)
     for name in added:
         say(f"release: added {name}")

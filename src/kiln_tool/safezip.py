@@ -36,6 +36,8 @@ _END = struct.Struct("<4sHHHHIIH")
 _END64_LOCATOR = struct.Struct("<4sIQI")
 _END64 = struct.Struct("<4sQHHIIQQQQ")
 _MAX_CENTRAL_BYTES = 64 << 20
+NAME_MAX = 255  # bytes of one path component on every Linux file system (ext4, xfs, btrfs, tmpfs)
+MAX_MEMBER_PATH = 3840  # PATH_MAX is 4096 with its NUL: room for the site-packages folder it lands in
 _UNICODE_PATH_EXTRA = 0x7075  # Info-ZIP's second name for a member: some unzippers use it, zipfile does not
 _ZIP64_EXTRA = 0x0001
 # Characters no member name may hold: control and format characters, separators of lines and paragraphs,
@@ -103,6 +105,13 @@ def member_problem(info: zipfile.ZipInfo) -> str | None:
         return f"member {member!r} has control or invisible characters in its name (installers disagree on it)"
     if any(part in ("", ".") for part in member.rstrip("/").split("/")):
         return f"member {member!r} is not in normal form (an empty or '.' path part)"
+    encoded = member.encode("utf-8", "surrogatepass")
+    if any(len(part) > NAME_MAX for part in encoded.rstrip(b"/").split(b"/")):
+        return (f"member {member[:80]!r}... has a path component longer than {NAME_MAX} bytes: no Linux file "
+                "system can install it (ENAMETOOLONG)")
+    if len(encoded) > MAX_MEMBER_PATH:
+        return (f"member {member[:80]!r}... is a path of {len(encoded)} bytes: installed under site-packages it "
+                f"passes PATH_MAX ({MAX_MEMBER_PATH} bytes allowed)")
     if stat.S_ISLNK(info.external_attr >> 16):
         return (f"member {member!r} is a symbolic link; wheels cannot carry links "
                 "(pip would install it as a file holding the link target)")
@@ -343,6 +352,31 @@ def _agree(infos: list[zipfile.ZipInfo], entries: list[_Entry]) -> None:
             raise UnsafeArchiveError(f"member {info.filename!r}: readers disagree on where or what it is")
 
 
+def max_archive_bytes(limits: ZipLimits) -> int:
+    """No archive within the limits is larger: every member at most stored, plus its headers and the directory."""
+    return limits.max_total_bytes + _MAX_CENTRAL_BYTES + limits.max_wheel_members * (_LOCAL_HEADER.size + 0xFFFF * 2)
+
+
+def check_archive(fh: BinaryIO, limits: ZipLimits | None = None) -> dict[str, zipfile.ZipInfo]:
+    """Every rule of :class:`SafeZip` on an open file, reading only its directory and headers (no member is
+    inflated, nothing is copied): what a copy into staging is checked against first. ``fh`` stays open."""
+    limits = limits or policy_limits()
+    size = fh.seek(0, io.SEEK_END)
+    if size > max_archive_bytes(limits):
+        raise UnsafeArchiveError(f"{_size(size)}: larger than any wheel within the limits "
+                                 f"({_size(limits.max_total_bytes)} unpacked)")
+    try:
+        fh.seek(0)
+        with zipfile.ZipFile(fh) as zf:  # parses the central directory only
+            infos = zf.infolist()
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, ValueError, struct.error,
+            UnicodeDecodeError, NotImplementedError) as exc:
+        raise UnsafeArchiveError(f"not a readable zip archive ({exc})") from None
+    members = check_members(infos, limits, size)
+    _agree(infos, canonical_entries(fh, size))
+    return members
+
+
 class SafeZip:
     """A zip archive whose central directory passed :func:`check_members`; members are read streamed."""
 
@@ -350,15 +384,7 @@ class SafeZip:
         self.limits = limits or policy_limits()
         self._fh: BinaryIO = io.BytesIO(source) if isinstance(source, bytes) else Path(source).open("rb")  # noqa: SIM115 (closed by close())
         try:
-            try:
-                with zipfile.ZipFile(self._fh) as zf:  # parses the central directory only
-                    infos = zf.infolist()
-            except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, ValueError, struct.error,
-                    UnicodeDecodeError, NotImplementedError) as exc:
-                raise UnsafeArchiveError(f"not a readable zip archive ({exc})") from None
-            size = self._fh.seek(0, io.SEEK_END)
-            self.members = check_members(infos, self.limits, size)
-            _agree(infos, canonical_entries(self._fh, size))
+            self.members = check_archive(self._fh, self.limits)
         except BaseException:
             self._fh.close()
             raise
@@ -466,5 +492,5 @@ class SafeZip:
         return kept, files
 
 
-__all__ = ["ArchiveLimits", "SafeZip", "UnsafeArchiveError", "ZipLimits", "canonical_entries", "check_members",
-           "member_problem", "policy_limits"]
+__all__ = ["ArchiveLimits", "SafeZip", "UnsafeArchiveError", "ZipLimits", "canonical_entries", "check_archive",
+           "check_members", "max_archive_bytes", "member_problem", "policy_limits"]

@@ -131,7 +131,9 @@ def test_a_release_fetches_the_manifest_alone(backend: Backend, tmp_path: Path) 
         site = tmp_path / "site"
         assert fetch_site(pages.url, site, stats=stats) == 0
         assert stats["bytes"] == (published / "kiln-index.json").stat().st_size
-        assert pages.requests == ["/kiln-index.json"]
+        # The manifest, then the live pages it is checked against (index/fetch.py): no wheel.
+        assert pages.requests[0] == "/kiln-index.json"
+        assert all(r.startswith("/simple/") for r in pages.requests[1:]), pages.requests
     newer = make_wheel(tmp_path / "dist2", version="0.2.0+pt213cpu")
     result = _index(tmp_path / "dist2", site, backend)
     assert [w.filename for w in result.added] == [newer.name]

@@ -24,19 +24,24 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import re
 import sys
-import urllib.error
-import urllib.request
 from pathlib import Path
-from typing import Any
+from urllib.parse import unquote
+
+from .errors import IndexInputError
+from .http_fetch import FetchFailure, http_get
+from .manifest import Manifest, parse_manifest
 
 MANIFEST = "kiln-index.json"
 WHEEL_DIR = "wheels"
-_WHEEL_NAME = re.compile(r"^[A-Za-z0-9_.+!-]+\.whl$")
-_SHA256 = re.compile(r"^[0-9a-f]{64}$")
-TIMEOUT_S = 60
+SIMPLE_DIR = "simple"
+MAX_MANIFEST_BYTES = 64 << 20  # 10,000 wheels are ~7 MiB of manifest
+MAX_METADATA_BYTES = 8 << 20
+MAX_PAGE_BYTES = 64 << 20
+DEADLINE_S = 300.0  # one fetch, whole (the manifest, a page, one wheel)
+_PROJECT_LINK = re.compile(r'<a href="([a-z0-9][a-z0-9._-]*)/">')
+_WHEEL_LINK = re.compile(r'<a href="[^"#]*#sha256=([0-9a-f]{64})"[^>]*>([^<]+\.whl)</a>')
 
 
 class FetchError(RuntimeError):
@@ -47,74 +52,119 @@ class ManifestError(FetchError):
     exit_code = 2
 
 
-def _get(url: str) -> bytes:
-    if not url.startswith(("https://", "http://")):
-        raise ManifestError(f"{url}: only http(s) URLs are fetched")
-    with urllib.request.urlopen(url, timeout=TIMEOUT_S) as response:  # noqa: S310 - scheme checked above
-        data: bytes = response.read()
-    return data
+def _fail(exc: FetchFailure) -> FetchError:
+    error = FetchError(str(exc))
+    error.exit_code = exc.exit_code
+    return error
 
 
-def _wheel_entries(manifest: Any) -> list[tuple[str, str, int, str, bool]]:
-    if not isinstance(manifest, dict) or not isinstance(manifest.get("wheels"), list):
-        raise ManifestError(f"{MANIFEST}: expected an object with a 'wheels' list")
-    entries = []
-    for i, entry in enumerate(manifest["wheels"]):
-        try:
-            name, sha, size, meta_sha = entry["filename"], entry["sha256"], entry["size"], entry["metadata_sha256"]
-        except (KeyError, TypeError):
-            raise ManifestError(f"{MANIFEST}: wheels[{i}] lacks filename, sha256, size or metadata_sha256") from None
-        if not (isinstance(name, str) and _WHEEL_NAME.match(name)):
-            raise ManifestError(f"{MANIFEST}: wheels[{i}]: {name!r} is not a wheel file name")
-        if not (isinstance(sha, str) and _SHA256.match(sha) and isinstance(meta_sha, str) and _SHA256.match(meta_sha)):
-            raise ManifestError(f"{MANIFEST}: {name}: malformed sha256")
-        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
-            raise ManifestError(f"{MANIFEST}: {name}: malformed size {size!r}")
-        entries.append((name, sha, size, meta_sha, entry.get("url") is not None))
-    return entries
+def read_manifest(raw: bytes, where: str) -> Manifest:
+    """The strict reader (index/manifest.py) at fetch time: duplicate keys, huge numbers, deep nesting and every
+    malformed entry are refused in one line naming the cause (exit 2)."""
+    try:
+        return parse_manifest(raw, where)
+    except IndexInputError as exc:
+        raise ManifestError(str(exc)) from None
 
 
-def fetch_site(base_url: str, out: Path, *, allow_missing: bool = False, stats: dict[str, int] | None = None) -> int:
+def live_listing(base: str, projects: set[str], deadline_s: float = DEADLINE_S) -> dict[str, str] | None:
+    """Every wheel the live pages list (simple/ index, PEP 503), by name, with the sha256 its link states;
+    None when the site serves no simple index (nothing published there yet)."""
+    answer = http_get(f"{base}{SIMPLE_DIR}/index.html", max_bytes=MAX_PAGE_BYTES, deadline_s=deadline_s,
+                      what="the live simple index", ok_status=frozenset({404}))
+    if answer.status == 404:
+        return None
+    found: dict[str, str] = {}
+    text = answer.body.decode("utf-8", "replace")
+    for project in sorted(projects | set(_PROJECT_LINK.findall(text))):
+        page = http_get(f"{base}{SIMPLE_DIR}/{project}/index.html", max_bytes=MAX_PAGE_BYTES, deadline_s=deadline_s,
+                        what="a live page", ok_status=frozenset({404}))
+        for digest, name in _WHEEL_LINK.findall(page.body.decode("utf-8", "replace")):
+            found[unquote(name)] = digest
+    return found
+
+
+def check_against_live(manifest: Manifest | None, live: dict[str, str] | None, where: str) -> None:
+    """The fetched manifest must list every wheel the live pages list, with the same sha256: a release never
+    lists less than is published (a stale cache or CDN copy of the manifest is refused, exit 1: retry later)."""
+    if not live:
+        return
+    listed = manifest.wheels if manifest is not None else {}
+    lost = sorted(name for name in live if name not in listed)
+    other = sorted(name for name, digest in live.items() if name in listed and listed[name].sha256 != digest)
+    if manifest is None:
+        raise FetchError(f"{where}: no manifest, but the live pages list {len(live)} wheel(s) ({', '.join(lost[:3])}"
+                         f"{', ...' if len(lost) > 3 else ''}); refusing to start an empty site over a published one")
+    if lost or other:
+        problems = [f"{name} (listed on the live pages, not in the fetched manifest)" for name in lost[:10]]
+        problems += [f"{name} (the live pages state sha256 {live[name]}, the manifest {listed[name].sha256})"
+                     for name in other[:10]]
+        raise FetchError(f"{where} is older than the live pages (a stale cache or CDN copy?): the release would list "
+                         f"less than is published; refusing (a retry once caches are fresh may help): "
+                         + "; ".join(problems))
+
+
+def published_manifest(base_url: str, deadline_s: float | None = None) -> bytes | None:
+    """The live manifest's bytes as the site serves them now (asked fresh of caches); None when it has none."""
+    where = base_url.rstrip("/") + "/" + MANIFEST
+    try:
+        answer = http_get(where, max_bytes=MAX_MANIFEST_BYTES, deadline_s=DEADLINE_S if deadline_s is None
+                          else deadline_s, what="the published manifest", ok_status=frozenset({404}))
+    except FetchFailure as exc:
+        raise _fail(exc) from None
+    return None if answer.status == 404 else answer.body
+
+
+def fetch_site(base_url: str, out: Path, *, allow_missing: bool = False, stats: dict[str, int] | None = None,
+               deadline_s: float | None = None, check_live: bool = True) -> int:
     """Fetch the manifest and its site-folder files into ``out``; returns how many wheels were fetched.
-    ``stats`` (if given) gets "bytes" (everything downloaded), "listed" and "stored" (wheels not fetched)."""
+    ``stats`` (if given) gets "bytes" (everything downloaded), "listed" and "stored" (wheels not fetched).
+    ``check_live``: the manifest must list every wheel the live pages (simple/) list."""
     stats = {} if stats is None else stats
     stats.update(bytes=0, listed=0, stored=0)
+    deadline_s = DEADLINE_S if deadline_s is None else deadline_s
     base = base_url.rstrip("/") + "/"
     if out.exists() and any(out.iterdir()):
         raise ManifestError(f"{out} is not empty; fetch into a fresh directory")
+    where = f"{base}{MANIFEST}"
     try:
-        raw = _get(base + MANIFEST)
-    except urllib.error.HTTPError as exc:
-        if exc.code == 404 and allow_missing:
+        answer = http_get(where, max_bytes=MAX_MANIFEST_BYTES, deadline_s=deadline_s, what="the published manifest",
+                          ok_status=frozenset({404}))
+        if answer.status == 404:
+            if not allow_missing:
+                raise FetchError(f"{where}: HTTP 404 (pass --allow-missing only for the very first publication)")
+            if check_live:
+                check_against_live(None, live_listing(base, set(), deadline_s), where)
             out.mkdir(parents=True, exist_ok=True)
             return 0
-        hint = " (pass --allow-missing only for the very first publication)" if exc.code == 404 else ""
-        raise FetchError(f"{base}{MANIFEST}: HTTP {exc.code}{hint}") from None
-    except urllib.error.URLError as exc:
-        raise FetchError(f"{base}{MANIFEST}: {exc.reason}") from None
-    try:
-        manifest = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ManifestError(f"{base}{MANIFEST} is not JSON: {exc}") from None
-    stats["bytes"] += len(raw)
-    entries = _wheel_entries(manifest)
+        raw = answer.body
+        manifest = read_manifest(raw, where)
+        stats["bytes"] += len(raw)
+        if check_live:
+            check_against_live(manifest, live_listing(base, {w.project for w in manifest.wheels.values()},
+                                                      deadline_s), where)
+    except FetchFailure as exc:
+        raise _fail(exc) from None
+    entries = sorted(manifest.wheels.values(), key=lambda w: w.filename)
     stats["listed"] = len(entries)
-    stats["stored"] = sum(1 for entry in entries if entry[4])
-    entries = [entry for entry in entries if not entry[4]]
+    stats["stored"] = sum(1 for entry in entries if entry.url is not None)
+    entries = [entry for entry in entries if entry.url is None]
 
     wheel_dir = out / WHEEL_DIR
     out.mkdir(parents=True, exist_ok=True)
     if entries:
         wheel_dir.mkdir(exist_ok=True)
-    for name, sha, size, meta_sha, _stored in entries:
-        for rel, digest, want_size in ((name, sha, size), (f"{name}.metadata", meta_sha, None)):
+    for entry in entries:
+        for rel, digest, want_size in ((entry.filename, entry.sha256, entry.size),
+                                       (f"{entry.filename}.metadata", entry.metadata_sha256, None)):
             url = f"{base}{WHEEL_DIR}/{rel}"
+            limit = want_size if want_size is not None else MAX_METADATA_BYTES
             try:
-                data = _get(url)
-            except urllib.error.HTTPError as exc:
-                raise FetchError(f"{url}: HTTP {exc.code}; the published site does not match its manifest") from None
-            except urllib.error.URLError as exc:
-                raise FetchError(f"{url}: {exc.reason}") from None
+                data = http_get(url, max_bytes=limit, deadline_s=deadline_s, what="a published file").body
+            except FetchFailure as exc:
+                if exc.status == 404:
+                    raise FetchError(f"{url}: HTTP 404; the published site does not match its manifest") from None
+                raise _fail(exc) from None
             if want_size is not None and len(data) != want_size:
                 raise FetchError(f"{url}: {len(data)} bytes, the manifest says {want_size}")
             stats["bytes"] += len(data)

@@ -249,12 +249,33 @@ def load_manifest(out: Path) -> Manifest | None:
     return parse_manifest(raw, str(path))
 
 
+class _DuplicateKeyError(ValueError):
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    doc = dict(pairs)
+    if len(doc) != len(pairs):
+        seen: set[str] = set()
+        for key, _value in pairs:
+            if key in seen:
+                raise _DuplicateKeyError(key)
+            seen.add(key)
+    return doc
+
+
 def parse_manifest(raw: bytes, where: str) -> Manifest:
     """A manifest's bytes, checked: the one reader, for what is on disk and for what a run is about to write."""
     try:
-        doc = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise IndexInputError(f"{where}: unreadable ({str(exc)[:200]}); refusing to merge") from None
+        doc = json.loads(raw.decode("utf-8"), object_pairs_hook=_unique_keys)
+    except _DuplicateKeyError as exc:
+        raise IndexInputError(f"{where}: the key {str(exc)[:100]!r} appears twice in one object (readers disagree "
+                              "on which one counts); refusing to merge") from None
+    except RecursionError:
+        raise IndexInputError(f"{where}: nested too deeply to be a kiln index manifest; refusing to merge") from None
+    except ValueError as exc:  # also UnicodeDecodeError, and an integer of more digits than Python reads
+        detail = " ".join(str(exc).split())[:200]
+        raise IndexInputError(f"{where}: unreadable ({detail}); refusing to merge") from None
     if not isinstance(doc, dict) or doc.get("schema") != MANIFEST_SCHEMA:
         raise IndexInputError(f"{where}: not a kiln index manifest of schema {MANIFEST_SCHEMA}; refusing to merge")
     problem = schema_problem(doc)

@@ -25,16 +25,19 @@ is gone.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
 import stat
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
+from ..safezip import UnsafeArchiveError, check_archive
 from . import render
 from .combos import Combination, TorchCatalog, combinations_for, python_support
 from .errors import AuditRefusedError, IndexConflictError, IndexInputError, IndexIntegrityError, KilnIndexError
@@ -108,14 +111,50 @@ def list_dist(dist: Path) -> tuple[list[tuple[Path, ParsedName]], list[str]]:
     for entry in entries:
         if entry.name.startswith(".") and not entry.name.endswith(".whl"):
             continue  # e.g. `kiln wheels`' own .NAME.partial staging files
-        if not entry.is_file():
-            problems.append(f"{entry.name!r}: not a wheel file (only *.whl files belong in {dist})")
+        # Judged by the entry itself (lstat), before anything opens it: a FIFO would block a reader, a link
+        # would publish whatever it points at when read. Every command refuses them alike.
+        kind = _kind(entry)
+        if kind is not None:
+            problems.append(f"{entry.name!r}: not a wheel file ({kind}; only regular *.whl files belong in {dist})")
             continue
         try:
             wheels.append((dist / entry.name, check_wheel_name(entry.name)))
         except IndexInputError as exc:
             problems.append(str(exc))
     return wheels, problems
+
+
+def _kind(entry: os.DirEntry[str]) -> str | None:
+    """What a DIST entry is when it is not a regular file (not following links); None for a regular file."""
+    try:
+        mode = entry.stat(follow_symlinks=False).st_mode
+    except OSError as exc:
+        return f"unreadable ({exc.strerror})"
+    if stat.S_ISREG(mode):
+        return None
+    for test, name in ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def open_regular(path: Path | str) -> int:
+    """A file descriptor of a regular file, never blocking and never following a link (a DIST entry swapped for
+    a FIFO or a link after it was listed is refused, not opened); IndexInputError otherwise."""
+    name = Path(path).name
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise IndexInputError(f"{name!r}: a symbolic link, not a regular file") from None
+        raise IndexInputError(f"{name!r}: unreadable ({exc.strerror})") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise IndexInputError(f"{name!r}: not a regular file (only regular *.whl files are published)")
+    os.set_blocking(fd, True)
+    return fd
 
 
 def _unusable(dist: Path, problems: list[str]) -> IndexInputError:
@@ -136,7 +175,7 @@ def check_apart(dist: Path, out: Path) -> None:
 def build_index(dist: Path, out: Path, base_url: str | None = None, *, audit: Auditor | None = kiln_audit,
                 catalog: TorchCatalog | None = None, log: Callable[[str], None] | None = None,
                 verify_published: bool = True, storage: Storage | None = None,
-                render_all: bool = False) -> IndexResult:
+                render_all: bool = False, audited: Mapping[str, str] | None = None) -> IndexResult:
     """Index every wheel of ``dist`` into the site at ``out`` (created or merged).
 
     ``audit=None`` lists wheels unaudited: for synthetic wheels (benchmarks), never for a release.
@@ -146,6 +185,8 @@ def build_index(dist: Path, out: Path, base_url: str | None = None, *, audit: Au
     holds pages and the manifest, which link it by its absolute URL.
     ``render_all``: render every page, not only those the new wheels change (a release's SITE holds the fetched
     manifest and no page, and is deployed whole).
+    ``audited``: wheel name -> the sha256 of the bytes a caller already audited with its own rules (a release:
+    release.py); a new wheel is then listed only with exactly those bytes, and ``audit`` is not run again.
     """
     say = log or (lambda _msg: None)
     base_url = normalize_base_url(base_url)
@@ -182,7 +223,11 @@ def build_index(dist: Path, out: Path, base_url: str | None = None, *, audit: Au
             wheel_dir = tmp / render.WHEEL_DIR
             _mkdir(wheel_dir)
             to_add, unchanged = _stage_new(dist, paths, out, manifest, wheel_dir, name_problems)
-            if audit is not None and to_add:
+            if audited is not None:
+                unaudited = [w.filename for w in to_add if audited.get(w.filename) != w.sha256]
+                if unaudited:
+                    raise IndexInputError("refusing: not the bytes that were audited: " + ", ".join(unaudited))
+            elif audit is not None and to_add:
                 # The audit reads the very copies that get published, not DIST's files.
                 _audit_all(audit, [(wheel_dir / w.filename, dist / w.filename) for w in to_add], say)
 
@@ -390,6 +435,12 @@ def _merge_in_place(tmp: Path, out: Path, new_wheels: list[str], pages: dict[str
         for directory in sorted({os.path.dirname(t) for _s, t in moves}
                                 | {os.path.dirname(t) for _r, _s, t in staged_pages}):
             made_dirs += _mkdir(directory)
+            # Every folder a rename lands in must take a new name now (a read-only folder, another file
+            # system mounted there): found here, the site is as it was; found mid-merge, readers would see a
+            # page that lists a wheel the manifest does not.
+            probe = os.path.join(directory, f".kiln-probe-{os.getpid()}")
+            os.link(journal, probe)
+            os.unlink(probe)
         os.rename(journal, marker)
     except OSError:
         for directory in reversed(made_dirs):  # the site as it was: nothing written
@@ -500,15 +551,27 @@ def _stage_new(dist: Path, paths: list[tuple[Path, ParsedName]], out: Path, mani
         for path, parsed in paths:
             name = path.name
             staged = os.path.join(staging, name)
-            with path.open("rb") as fh:
+            try:
+                fh = os.fdopen(open_regular(path), "rb")
+            except IndexInputError as exc:
+                problems.append(str(exc))
+                continue
+            with fh:
                 small = os.fstat(fh.fileno()).st_size <= _SMALL_WHEEL
-                data = fh.read() if small else b""
-            if small:
-                sha256, size = hashlib.sha256(data).hexdigest(), len(data)
-                source: bytes | Path = data
-            else:
-                sha256, size = _copy_hashed(path, Path(staged))
-                source = Path(staged)
+                if small:
+                    data = fh.read()
+                    sha256, size = hashlib.sha256(data).hexdigest(), len(data)
+                    source: bytes | Path = data
+                else:
+                    # Every bound before a byte is copied: a huge, sparse or non-zip file never reaches staging.
+                    try:
+                        check_archive(fh)
+                    except UnsafeArchiveError as exc:
+                        problems.append(f"{name}: corrupt wheel (or unsafe): {exc}; not copied")
+                        continue
+                    fh.seek(0)
+                    sha256, size = _copy_hashed(fh, Path(staged))
+                    source = Path(staged)
             entry = manifest.wheels.get(name)
             if entry is not None:
                 # Published before, so checked and audited before: only its bytes matter now.
@@ -704,11 +767,11 @@ def _render_site(manifest: Manifest, pythons: list[str], catalog: TorchCatalog,
     return pages
 
 
-def _copy_hashed(src: Path, dst: Path) -> tuple[str, int]:
+def _copy_hashed(fin: BinaryIO, dst: Path) -> tuple[str, int]:
     """Copy a large wheel, hashing what is written; the copy is what gets checked, audited and published."""
     digest = hashlib.sha256()
     size = 0
-    with src.open("rb") as fin, dst.open("xb") as fout:
+    with dst.open("xb") as fout:
         os.fchmod(fout.fileno(), 0o644)
         while chunk := fin.read(_CHUNK):
             digest.update(chunk)

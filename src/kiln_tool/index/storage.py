@@ -23,8 +23,6 @@ import hashlib
 import json
 import os
 import subprocess
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -169,6 +167,19 @@ class GhCli:
         if not isinstance(assets, list) or not all(isinstance(a, dict) for a in assets):
             raise StorageError(f"gh release view {tag}: 'assets' is not a list of objects")
         return assets
+
+    def releases(self, repository: str) -> list[str]:
+        """Every release's tag of the repository (a release's assets are one place wheels live)."""
+        done = self._run("release", "list", "--repo", repository, "--json", "tagName", "--limit", "10000")
+        if done.returncode != 0:
+            raise StorageError(f"gh release list --repo {repository}: {done.stderr.strip()[:300]}")
+        try:
+            tags = [item["tagName"] for item in json.loads(done.stdout)]
+        except (ValueError, KeyError, TypeError):
+            raise StorageError(f"gh release list: unreadable answer {done.stdout[:200]!r}") from None
+        if not all(isinstance(t, str) for t in tags):
+            raise StorageError("gh release list: a tagName that is not a string")
+        return tags
 
     def create(self, repository: str, tag: str) -> None:
         """The release of an existing tag (``--verify-tag``: never a new tag), published, not a draft: a draft's
@@ -340,10 +351,33 @@ class S3Storage:
                                         ChecksumAlgorithm="SHA256", ChecksumSHA256=checksum, IfNoneMatch="*")
         except self._client_error as exc:
             if exc.response.get("Error", {}).get("Code") in ("PreconditionFailed", "ConditionalRequestConflict"):
-                raise IndexConflictError(f"{self.where()}{name}: the bucket already holds this name") from None
+                # The key exists. An object with our digest is ours, whichever attempt stored it: boto3 retries
+                # a PUT whose answer was lost, and the retry then meets the object the first attempt stored.
+                found = self.stat(name)
+                if found is not None and found.sha256 == sha256 and found.size == path.stat().st_size:
+                    return
+                raise IndexConflictError(f"{self.where()}{name}: the bucket already holds this name with other "
+                                         f"bytes (sha256 {found.sha256 if found else 'gone'})") from None
             raise StorageError(f"{self.where()}{name}: upload failed: {exc}") from None
         except self._errors() as exc:
             raise StorageError(f"{self.where()}{name}: upload failed: {exc}") from None
+
+    def claim(self, name: str, data: bytes) -> bytes | None:
+        """Store ``data`` under ``name`` only if the name is free (a conditional PUT: the bucket decides between
+        racing releases); None when stored, else what the name already holds (at most 4 KiB of it)."""
+        key = self.prefix + name
+        try:
+            self._client.put_object(Bucket=self.bucket, Key=key, Body=data, IfNoneMatch="*")
+            return None
+        except self._client_error as exc:
+            if exc.response.get("Error", {}).get("Code") not in ("PreconditionFailed", "ConditionalRequestConflict"):
+                raise StorageError(f"{self.where()}{name}: claim failed: {exc}") from None
+        except self._errors() as exc:
+            raise StorageError(f"{self.where()}{name}: claim failed: {exc}") from None
+        try:
+            return cast(bytes, self._client.get_object(Bucket=self.bucket, Key=key)["Body"].read(4096))
+        except self._errors() as exc:
+            raise StorageError(f"{self.where()}{name}: cannot read the claim: {exc}") from None
 
     def listing(self, stored_at: str) -> dict[str, Stored] | None:
         head = f"s3:{self.bucket}/{self.prefix}"
@@ -361,13 +395,16 @@ class S3Storage:
 
 
 def _http_get(url: str) -> bytes:
-    if not url.startswith(("https://", "http://")):
-        raise StorageError(f"{url}: only http(s) URLs are read")
+    """A stored object read back over HTTP, bounded like every fetch (index/http_fetch.py)."""
+    from .fetch import DEADLINE_S
+    from .http_fetch import FetchFailure, http_get
+
     try:
-        with urllib.request.urlopen(url, timeout=120) as response:  # noqa: S310 - scheme checked above
-            return cast(bytes, response.read())
-    except (urllib.error.URLError, OSError) as exc:
-        raise StorageError(f"{url}: {exc}") from None
+        return http_get(url, max_bytes=1 << 34, deadline_s=DEADLINE_S, what="a stored object").body
+    except FetchFailure as exc:
+        error = StorageError(str(exc))
+        error.exit_code = exc.exit_code
+        raise error from None
 
 
 # -- the protocol: upload before publish, never overwrite ------------------------------------------------

@@ -20,30 +20,28 @@ from __future__ import annotations
 import argparse
 import hashlib
 import sys
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import quote
 
 from .errors import KilnIndexError
+from .fetch import DEADLINE_S
+from .http_fetch import FetchFailure, http_get
 from .manifest import MANIFEST_NAME, Manifest, PublishedWheel, parse_manifest
 from .storage import Storage, Stored, load_config, open_storage
 
+MAX_OBJECT_BYTES = 1 << 34  # past any wheel the archive limits allow (safezip.max_archive_bytes)
+
 
 def _get(url: str) -> bytes | None:
-    """The bytes at ``url``; None for HTTP 404."""
-    if not url.startswith(("https://", "http://")):
-        raise KilnIndexError(f"{url}: only http(s) URLs are read")
+    """The bytes at ``url``; None for HTTP 404. Bounded like every fetch (index/http_fetch.py)."""
     try:
-        with urllib.request.urlopen(url, timeout=120) as response:  # noqa: S310 - scheme checked above
-            return bytes(response.read())
-    except urllib.error.HTTPError as exc:
-        if exc.code == 404:
-            return None
-        raise KilnIndexError(f"{url}: HTTP {exc.code}") from None
-    except (urllib.error.URLError, OSError) as exc:
-        raise KilnIndexError(f"{url}: {exc}") from None
+        answer = http_get(url, max_bytes=MAX_OBJECT_BYTES, deadline_s=DEADLINE_S, ok_status=frozenset({404}))
+    except FetchFailure as exc:
+        error = KilnIndexError(str(exc))
+        error.exit_code = exc.exit_code
+        raise error from None
+    return None if answer.status == 404 else answer.body
 
 
 def _files(pages: str, wheel: PublishedWheel) -> list[tuple[str, str, str]]:
