@@ -11,6 +11,7 @@ tests/_artifacts/ranks/timings.json.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -60,9 +61,13 @@ def job_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "try:\n    summary = ringops_ranks.check_ranks('ringops', timeout=float(sys.argv[1]))\n"
         "except ringops_ranks.RanksError as exc:\n"
         "    print(f\"kiln ranks: rank {os.environ['RANK']} stops: {exc}\", file=sys.stderr)\n    sys.exit(1)\n"
+        "again = ringops_ranks.check_ranks('ringops', timeout=float(sys.argv[1]))\n"
         "import torch, torch.distributed as dist\n"
-        "dist.init_process_group('gloo')\nx = torch.ones(1) * (dist.get_rank() + 1)\ndist.all_reduce(x)\n"
-        "print(f'TRAINED rank={dist.get_rank()} sum={int(x.item())} {summary}')\ndist.destroy_process_group()\n")
+        "dist.init_process_group('gloo')\n"
+        "after = ringops_ranks.check_ranks('ringops', timeout=float(sys.argv[1]))\n"
+        "x = torch.ones(1) * (dist.get_rank() + 1)\ndist.all_reduce(x)\n"
+        "print(f'TRAINED rank={dist.get_rank()} sum={int(x.item())} {summary}')\n"
+        "print(f'AGAIN {again}')\nprint(f'AFTER-INIT {after}')\ndist.destroy_process_group()\n")
     return root
 
 
@@ -228,15 +233,28 @@ def test_ringops_training_script_stops_on_every_rank(job_dir: Path, ringops_site
 
 
 def test_ringops_ranks_that_agree_train(job_dir: Path, ringops_sites: dict[str, Path]) -> None:
-    """Both hosts agree: check_ranks() returns its summary and training goes on (a gloo all_reduce on the port
-    the check's store used before)."""
-    hosts = [Host("good", TORCH213, ringops_sites["good"]), Host("good-too", TORCH213, ringops_sites["good"])]
-    outcomes = run_job(hosts, [str(job_dir / "train.py"), CHECK_TIMEOUT])
+    """Three hosts agree (across network namespaces where they can be made, else on loopback): check_ranks()
+    returns its summary and training goes on. train.py checks three times: first (importing torch and ringops),
+    again (the exchange alone), and after init_process_group (through the process group's store); then a gloo
+    all_reduce on the port the check's own store used before."""
+    hosts = [Host(f"good-{i}", TORCH213, ringops_sites["good"]) for i in range(3)]
+    where = "network namespaces" if namespaces_unavailable() is None else "loopback"
+    with contextlib.ExitStack() as stack:
+        network = stack.enter_context(namespaces(hosts)) if where == "network namespaces" else None
+        outcomes = run_job(hosts, [str(job_dir / "train.py"), CHECK_TIMEOUT], network=network)
     shown = _show(outcomes)
-    assert [o.returncode for o in outcomes] == [0, 0], shown
-    assert re.search(r"TRAINED rank=0 sum=3 ringops: all 2 ranks agree: ringops 0\.3\.0\+pt213cpu \(build "
-                     r"[0-9a-f]{12}\), torch 2\.13\.0\+cpu, CUDA -, 1 ops registered", outcomes[0].output), shown
-    assert "TRAINED rank=1 sum=3" in outcomes[1].output, shown
+    assert [o.returncode for o in outcomes] == [0, 0, 0], shown
+    summary = (r"ringops: all 3 ranks agree: ringops 0\.3\.0\+pt213cpu \(build [0-9a-f]{12}\), torch 2\.13\.0\+cpu, "
+               r"CUDA -, 1 ops registered, GPU none \(([0-9.]+) s\)")
+    out = "\n".join(o.output for o in outcomes)
+    trained = re.findall(r"TRAINED rank=(\d) sum=6 " + summary, out)
+    assert sorted(rank for rank, _ in trained) == ["0", "1", "2"], shown
+    again = [float(t) for t in re.findall(r"AGAIN " + summary, out)]
+    after = [float(t) for t in re.findall(r"AFTER-INIT " + summary, out)]
+    assert len(again) == len(after) == 3, shown
+    first = [float(t) for _, t in trained]
+    print(f"\n{where}, 3 hosts that agree: the first check took {max(first):.2f} s on the slowest rank (its "
+          f"imports included), a second {max(again):.3f} s, one through the process group's store {max(after):.3f} s")
 
 
 def test_ringops_module_form(ringops_sites: dict[str, Path]) -> None:
@@ -256,3 +274,4 @@ def test_nothing_left_behind() -> None:
         pytest.skip("`ip` is not installed: no namespace was made")
     listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=False).stdout
     assert f"kr{os.getpid() % 100000}-" not in listed
+    assert not list(Path("/etc/netns").glob(f"kr{os.getpid() % 100000}-*")), "their hosts files are removed too"

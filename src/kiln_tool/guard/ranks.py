@@ -421,6 +421,7 @@ def _store(rank: int, world: int, timeout: timedelta) -> tuple[Any, bool]:
 def _wait_all(store: Any, keys: list[str], timeout_key: str, deadline: float) -> list[int]:
     """Wait until every key is set ([] then), or until the deadline or another rank's timeout (the ranks
     whose key is missing then, which this rank also publishes under timeout_key for the others)."""
+    pause = 0.002
     try:
         while True:
             if store.check(keys):
@@ -433,7 +434,8 @@ def _wait_all(store: Any, keys: list[str], timeout_key: str, deadline: float) ->
                 if missing:
                     store.set(timeout_key, json.dumps(missing))
                 return missing
-            time.sleep(0.05)
+            time.sleep(pause)
+            pause = min(pause * 2, 0.05)
     except RanksError:
         raise
     except Exception as exc:
@@ -494,7 +496,7 @@ def check_ranks(package: str, timeout: float = DEFAULT_TIMEOUT_S) -> str:
     ok, report = verdict(answers, package)
     if not ok:
         raise RanksError(report, answers)
-    return f"{report} ({time.monotonic() - started:.2f} s)"
+    return f"{report} ({time.monotonic() - started:.3f} s)"
 
 
 # --- the command line ------------------------------------------------------------------------------------------
