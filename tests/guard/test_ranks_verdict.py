@@ -26,7 +26,7 @@ answer_st = st.fixed_dictionaries({
     "present": st.booleans(),
     "version": st.sampled_from(["1.0+pt213cpu", "1.0+cpu", "1.1+pt213cpu"]),
     "build": st.sampled_from(["a" * 64, "b" * 64, "c" * 64]),
-    "torch": st.sampled_from(["2.13.0+cpu", "2.14.1+cu130"]),
+    "torch": st.sampled_from(["2.13.0+cpu", "2.14.1+cu130", "2.13.0+cpu", None]),
     "cuda": st.sampled_from([None, "13.0"]),
     "import_error": st.sampled_from([None, None, "ImportError: libc10_cuda.so: cannot open shared object file"]),
     "ops": st.just(3),

@@ -277,8 +277,9 @@ def _package_fix(ref: Mapping[str, Any] | None, package: str) -> str:
 
 
 def healthy(answer: Mapping[str, Any]) -> bool:
-    return bool(answer.get("present")) and not answer.get("error") and answer.get("import_error") is None \
-        and not answer.get("ops_missing") and answer.get("gpu_ok") is not False
+    return (bool(answer.get("present")) and answer.get("torch") is not None and not answer.get("error")
+            and answer.get("import_error") is None and not answer.get("ops_missing")
+            and answer.get("gpu_ok") is not False)
 
 
 def _key(answer: Mapping[str, Any]) -> tuple[Any, ...]:
@@ -301,10 +302,14 @@ def problems(answer: Mapping[str, Any], ref: Mapping[str, Any] | None, torch_ref
     """(problem, fix) of one rank against the reference answer, in the order to fix them."""
     found: list[tuple[str, str]] = []
     fix_package = _package_fix(ref, package)
-    if answer.get("error"):
+    if answer.get("torch") is None:
+        found.append((f"torch cannot be imported: {answer.get('error')}",
+                      _torch_fix(torch_ref) if torch_ref else "pip install torch"))
+    elif answer.get("error"):
         found.append((f"the check failed on this rank: {answer['error']}", "see this rank's log"))
     cuda_ref = ref.get("cuda") if ref is not None else answer.get("cuda")
-    if torch_ref and (answer.get("torch"), answer.get("cuda")) != (torch_ref, cuda_ref):
+    if torch_ref and answer.get("torch") is not None and \
+            (answer.get("torch"), answer.get("cuda")) != (torch_ref, cuda_ref):
         cuda = f" (CUDA {answer.get('cuda') or '-'}, not {cuda_ref or '-'})" if answer.get("cuda") != cuda_ref else ""
         found.append((f"torch {answer.get('torch')}, not {torch_ref}{cuda}", _torch_fix(torch_ref)))
     if not answer.get("present"):
@@ -397,7 +402,11 @@ def _store(rank: int, world: int, timeout: timedelta) -> tuple[Any, bool]:
     """(the store the ranks meet in, whether this process serves it): the default process group's when one
     is initialized, torchrun's agent store when it offers one, else a TCPStore on MASTER_ADDR:MASTER_PORT
     served by rank 0."""
-    import torch.distributed as dist
+    try:
+        import torch.distributed as dist
+    except ImportError as exc:
+        raise RanksError(f"this rank cannot import torch ({_first_line(exc)}), so it cannot join the check: "
+                         "install torch") from None
 
     if dist.is_available() and dist.is_initialized():
         default = getattr(dist.distributed_c10d, "_get_default_store", None)
