@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from . import _C  # noqa: F401  (importing it registers the ops)
+from ._kiln import guard  # kiln's import guard, generated into the wheel (docs/import-guard.md)
+
+guard.load(__name__)  # preflight, then _C (registers the ops), then every op of the manifest proven registered
 
 
 @torch.library.register_fake("ringops::ring_shift")

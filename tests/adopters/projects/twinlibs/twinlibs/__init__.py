@@ -2,25 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.machinery
-from pathlib import Path
-
 import torch
 
-_HERE = Path(__file__).resolve().parent
+from ._kiln import guard  # kiln's import guard, added to the wheel by `kiln wheels` (docs/import-guard.md)
 
-
-def _load(stem: str) -> None:
-    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
-        library = _HERE / f"{stem}{suffix}"
-        if library.is_file():
-            torch.ops.load_library(str(library))
-            return
-    raise ImportError(f"twinlibs: no {stem} library beside {__file__}")
-
-
-_load("_axpy")
-_load("_prefix_sum")
+guard.load(__name__)  # preflight, then both libraries (torch.ops.load_library), then every op proven registered
 
 
 def axpy(x: torch.Tensor, y: torch.Tensor, alpha: float) -> torch.Tensor:
