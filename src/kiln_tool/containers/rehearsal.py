@@ -147,9 +147,9 @@ class Mismatch:
 
 def _libraries_of(env: str, package: str) -> str:
     """Shell: one `SO <path> <sha256>` line per library of the installed package (its folder and its grafts)."""
-    return (f'(cd {env}/lib/python3*/site-packages && find {package} {package}.libs -type f -name "*.so*" '
-            f'2>/dev/null | LC_ALL=C sort | while read -r f; do echo "SO $f $(sha256sum "$f" | cut -d" " -f1)"; '
-            'done)')
+    return (f'(cd {env}/lib/python3*/site-packages && for d in {package} {package}.libs; do '
+            'if [ -d "$d" ]; then find "$d" -type f -name "*.so*"; fi; done | LC_ALL=C sort | '
+            'while read -r f; do echo "SO $f $(sha256sum "$f" | cut -d" " -f1)"; done)')
 
 
 def _install_script(project: KilnProject, url: str, page: str, uv_sources: list[str],
@@ -319,12 +319,15 @@ def rehearse(engine: Engine, base: Base, wheels: Path, rebuilt: Path, work: Path
              project: KilnProject, say: Say = print) -> dict[str, object]:
     """Run the rehearsal; raises ContainerError on any failure. `rebuilt`: a folder with a rebuilt wheel."""
     repository = stand_in_repository(project)
+    # The release assets of the stand-in gh, whatever storage the project names for its real releases.
+    storage = work.parent / "rehearsal-storage.json"
     if work.exists():
         shutil.rmtree(work)
     published = work / "published"
     published.mkdir(parents=True)
     assets = work / "release-assets"
     assets.mkdir()
+    storage.write_text(json.dumps({"backend": "github-release", "metadata": True}) + "\n")
     summary: dict[str, object] = {}
     with serve(published) as url, serve(assets) as assets_url:
         say(f"rehearsal: the published site is served at {url} (empty: nothing published yet); release assets "
@@ -333,7 +336,7 @@ def rehearse(engine: Engine, base: Base, wheels: Path, rebuilt: Path, work: Path
         started = time.monotonic()
         try:
             first = run_release(wheels, work / "site-1", url, url, first_release=True, say=say,
-                                repository=repository, tag="v0.0.0-rehearsal.1", gh=gh)
+                                repository=repository, tag="v0.0.0-rehearsal.1", gh=gh, storage_config=storage)
         except ReleaseError as exc:
             raise ContainerError(f"the release path failed at {exc}") from None
         if (work / "site-1" / "wheels").exists() or len(first.uploaded) != len(first.added):
@@ -355,7 +358,7 @@ def rehearse(engine: Engine, base: Base, wheels: Path, rebuilt: Path, work: Path
         before = tree_digest(published) | tree_digest(assets)
         try:
             run_release(rebuilt, work / "site-2", url, url, first_release=False, say=say, repository=repository,
-                        tag="v0.0.0-rehearsal.2", gh=gh)
+                        tag="v0.0.0-rehearsal.2", gh=gh, storage_config=storage)
         except ReleaseError as exc:
             if exc.exit_code != 1 or exc.step != "index":
                 raise ContainerError(f"the rebuilt wheel was refused for the wrong reason: {exc}") from None
