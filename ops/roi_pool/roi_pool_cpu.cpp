@@ -43,18 +43,24 @@ void roi_pool_cpu(ScalarKind kind, const RoiShape& s, const void* input, const v
     const std::int64_t plane = s.height * s.width;
     const std::int64_t bins = s.pooled_height * s.pooled_width;
     const Acc lowest = K::in_storage(-FLT_MAX);
+    std::vector<Span> rows, cols;
     cpu::for_each_row_span(begin, end, s.channels, [&](std::int64_t k, std::int64_t c_begin, std::int64_t c_end) {
+      // The roi's windows once, then one channel plane at a time (each plane is read while it is in cache).
       const Roi<Acc> roi = K::roi(static_cast<const T*>(rois), k, s);
-      for (std::int64_t ph = 0; ph < s.pooled_height; ++ph) {
-        const Span rows = span(ph, roi.bin_h, roi.y0, s.height, K::in_storage);
-        for (std::int64_t pw = 0; pw < s.pooled_width; ++pw) {
-          const Span cols = roi.valid ? span(pw, roi.bin_w, roi.x0, s.width, K::in_storage) : Span{0, 0};
-          for (std::int64_t c = c_begin; c < c_end; ++c) {
-            const std::int64_t at = (k * s.channels + c) * bins + ph * s.pooled_width + pw;
-            const Max<Acc> m = window_max(in + (roi.batch * s.channels + c) * plane, s.width, rows, cols, lowest,
-                                          K::C::load);
+      rows.clear();
+      cols.clear();
+      for (std::int64_t ph = 0; ph < s.pooled_height; ++ph) rows.push_back(span(ph, roi.bin_h, roi.y0, s.height, K::in_storage));
+      for (std::int64_t pw = 0; pw < s.pooled_width; ++pw) {
+        cols.push_back(roi.valid ? span(pw, roi.bin_w, roi.x0, s.width, K::in_storage) : Span{0, 0});
+      }
+      for (std::int64_t c = c_begin; c < c_end; ++c) {
+        const T* channel = in + (roi.batch * s.channels + c) * plane;
+        std::int64_t at = (k * s.channels + c) * bins;
+        for (const Span& r : rows) {
+          for (const Span& col : cols) {
+            const Max<Acc> m = window_max(channel, s.width, r, col, lowest, K::C::load);
             out[at] = K::C::store(m.value);
-            argmax[at] = m.index;
+            argmax[at++] = m.index;
           }
         }
       }
