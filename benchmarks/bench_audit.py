@@ -1,15 +1,21 @@
 """How long `kiln audit` takes and how much memory it needs, beside `auditwheel show` on the same wheels.
 
-    .venv/bin/python benchmarks/bench_audit.py [--size-mb 100] [--repeat 5] [--wheel W.whl ...]
+    .venv/bin/python benchmarks/bench_audit.py [--size-mb 100] [--repeat 3] [--wheel W.whl ...] [--corpus]
+                                                [--big TORCH_WHEEL]
 
-Without --wheel it builds one: a tiny hardened extension module made big with a section of
+--corpus: every wheel of the real-wheel corpus (tests/audit/corpus/expected.json, from its cache
+$KILN_AUDIT_CORPUS or ~/.cache/opkiln/audit-corpus; tests/audit/test_real_wheels.py downloads them), plus
+the largest real wheel at hand with a library of at least 400 MB: torch 2.14.1's own CUDA wheel (its
+libtorch_cuda.so is 480 MiB; --big PATH, else pip's download of it into the corpus cache).
+Without --wheel or --corpus it builds one: a tiny hardened extension module made big with a section of
 random bytes (objcopy --add-section), so the wheel stays as big as its contents, plus a few
 smaller libraries; every check reads all of it (RECORD hashes, ELF parsing, the build-path scan).
 
 Each run is a fresh process (`scripts/kiln audit --json W`, then `auditwheel show W`, alternating, so
 both see the same page cache and machine load); its wall time and peak RSS (wait4's ru_maxrss) are
-measured. The goals (issue 20): peak RSS at most 300 MB on a ~500 MB wheel (sgl-kernel), and kiln audit
-no slower than auditwheel show, which checks less. auditwheel's own exit status is not judged (it
+measured, medians printed. The goals (issues 20, 36): peak RSS at most 300 MB on any wheel, also one with a
+library of at least 400 MB, and kiln audit no slower than auditwheel show, which checks less.
+auditwheel's own exit status is not judged (it
 refuses some wheels it can still show).
 """
 
@@ -87,18 +93,55 @@ def _auditwheel() -> str | None:
     return str(found) if found.is_file() else shutil.which("auditwheel")
 
 
+BIG_WHEEL = "torch-2.14.1-cp311-cp311-manylinux_2_28_x86_64.whl"
+
+
+def corpus_wheels(big: Path | None) -> list[Path]:
+    """The corpus wheels that are in its cache, then the big wheel (downloaded into the cache when missing)."""
+    import json
+
+    cache = Path(os.environ.get("KILN_AUDIT_CORPUS", Path.home() / ".cache" / "opkiln" / "audit-corpus"))
+    entries = json.loads((REPO / "tests" / "audit" / "corpus" / "expected.json").read_text())["wheels"]
+    wheels = []
+    for entry in entries:
+        if (cache / entry["file"]).is_file():
+            wheels.append(cache / entry["file"])
+        else:
+            print(f"not in {cache}: {entry['file']} (tests/audit/test_real_wheels.py downloads it)", file=sys.stderr)
+    if big is None and not (cache / BIG_WHEEL).is_file():
+        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
+                        "--python-version", "3.11", "--platform", "manylinux_2_28_x86_64", "torch==2.14.1",
+                        "-d", str(cache)], check=False)
+    big = big or cache / BIG_WHEEL
+    if big.is_file():
+        wheels.append(big)
+    else:
+        print(f"no wheel with a library of at least 400 MB: {big} is missing", file=sys.stderr)
+    return wheels
+
+
+def _largest_member(wheel: Path) -> str:
+    with zipfile.ZipFile(wheel) as zf:
+        info = max(zf.infolist(), key=lambda i: i.file_size)
+    return f"{Path(info.filename).name} {info.file_size / 2**20:.0f} MiB"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size-mb", type=int, default=100)
-    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--wheel", type=Path, action="append", default=[])
+    parser.add_argument("--corpus", action="store_true", help="the real-wheel corpus and a >= 400 MB library")
+    parser.add_argument("--big", type=Path, default=None, help="the wheel with a library of at least 400 MB")
     args = parser.parse_args()
     auditwheel = _auditwheel()
     if auditwheel is None:
         print("auditwheel is not installed (pip install auditwheel): nothing to compare with", file=sys.stderr)
         return 2
     with tempfile.TemporaryDirectory(prefix="bench-audit-") as tmp:
-        wheels = args.wheel or [build_wheel(Path(tmp), args.size_mb)]
+        wheels = args.wheel + (corpus_wheels(args.big) if args.corpus else [])
+        wheels = wheels or [build_wheel(Path(tmp), args.size_mb)]
+        table: list[str] = []
         for wheel in wheels:
             runs: dict[str, list[tuple[float, float, int]]] = {"kiln audit": [], "auditwheel show": []}
             for _ in range(args.repeat):
@@ -108,16 +151,24 @@ def main() -> int:
             size = wheel.stat().st_size / 2**20
             with zipfile.ZipFile(wheel) as zf:
                 unpacked = sum(i.file_size for i in zf.infolist()) / 2**20
-            print(f"{wheel.name}: {size:.1f} MiB ({unpacked:.0f} MiB unpacked), {args.repeat} run(s) each, alternating")
-            medians = {}
+            print(f"{wheel.name}: {size:.1f} MiB ({unpacked:.0f} MiB unpacked; largest {_largest_member(wheel)}), "
+                  f"{args.repeat} run(s) each, alternating", flush=True)
+            medians, peaks = {}, {}
             for tool, results in runs.items():
                 times = [r[0] for r in results]
                 rss = [r[1] for r in results]
                 medians[tool] = statistics.median(times)
+                peaks[tool] = statistics.median(rss)
                 print(f"  {tool:16} median {statistics.median(times):7.2f} s (min {min(times):.2f}, max "
-                      f"{max(times):.2f}); peak RSS max {max(rss):7.1f} MiB; exit {sorted({r[2] for r in results})}")
+                      f"{max(times):.2f}); peak RSS median {peaks[tool]:7.1f} MiB (max {max(rss):.1f}); exit "
+                      f"{sorted({r[2] for r in results})}")
             ratio = medians["kiln audit"] / medians["auditwheel show"]
-            print(f"  kiln audit / auditwheel show: {ratio:.2f}x the time")
+            print(f"  kiln audit / auditwheel show: {ratio:.2f}x the time", flush=True)
+            table.append(f"| {wheel.name[:60]} | {medians['kiln audit']:.2f} s | {peaks['kiln audit']:.0f} MiB | "
+                         f"{medians['auditwheel show']:.2f} s | {peaks['auditwheel show']:.0f} MiB | {ratio:.2f}x |")
+        print("\n| wheel | kiln audit | kiln peak RSS | auditwheel show | auditwheel peak RSS | time ratio |")
+        print("|---|---|---|---|---|---|")
+        print("\n".join(table))
     return 0
 
 

@@ -99,6 +99,15 @@ def test_a_library_of_the_other_abi_is_told_the_count_five_names_and_the_fix(old
                          "the torch you build against), and do not mix objects built for another torch.")
 
 
+def test_a_library_without_torch_symbols_has_nothing_to_check(corpus: Corpus) -> None:
+    # No torch symbol whose mangling the setting changes (a plain C library, an old-ABI shim of its own): the pass
+    # text never speaks of torch symbols it does not have, with or without a target torch.
+    for torch_lib in (None, TORCH_LIB if (TORCH_LIB / "libc10.so").exists() else None):
+        check = _abi_check(corpus["libplain.so"], torch_lib=torch_lib)
+        assert check.ok and check.detail == ("nothing to check: no torch symbol here whose mangling depends on "
+                                             "_GLIBCXX_USE_CXX11_ABI")
+
+
 def test_the_abi_is_not_judged_without_a_target(old_abi_library: Path) -> None:
     check = _abi_check(old_abi_library)
     assert check.ok
@@ -111,7 +120,8 @@ def test_a_library_of_the_target_abi_passes_and_says_which(corpus: Corpus) -> No
         pytest.skip("no torch in this interpreter")
     check = _abi_check(corpus["libnewabi.so"], torch_lib=TORCH_LIB)
     assert check.ok
-    assert re.fullmatch(r"torch symbols use _GLIBCXX_USE_CXX11_ABI=1 \(torch [^)]+'s libc10\.so\)", check.detail)
+    assert re.fullmatch(r"1 torch symbol\(s\) whose mangling depends on it use _GLIBCXX_USE_CXX11_ABI=1 \(torch "
+                        r"[^)]+'s libc10\.so\)", check.detail)
 
 
 def test_against_an_old_abi_torch_the_verdicts_turn_around(old_abi_library: Path, corpus: Corpus) -> None:
@@ -125,7 +135,8 @@ def test_against_an_old_abi_torch_the_verdicts_turn_around(old_abi_library: Path
         return abi.check_cxx11_abi(ctx, False, "an old torch")  # type: ignore[arg-type]
 
     passed = check(old_abi_library)
-    assert passed.ok and passed.detail == "torch symbols use _GLIBCXX_USE_CXX11_ABI=0 (an old torch)"
+    assert passed.ok and passed.detail.endswith("torch symbol(s) whose mangling depends on it use "
+                                                "_GLIBCXX_USE_CXX11_ABI=0 (an old torch)")
     failed = check(corpus["libnewabi.so"])
     assert not failed.ok
     assert failed.detail == ("libnewabi.so: 1 torch symbol(s) use _GLIBCXX_USE_CXX11_ABI=1 but the target torch uses 0 "

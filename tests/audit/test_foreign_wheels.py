@@ -47,7 +47,8 @@ def libs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
         # links libc10.so but binds none of its C++ symbols (as a LibTorch stable-ABI library's C shims do)
         "linked.so": _build(tmp, "linked.so", PLAIN, f"-L{TORCH_LIB}", "-Wl,--no-as-needed", "-lc10"),
     }
-    for name, needed in (("blas.so", "libkilnblas.so.1"), ("grafted.so", "libcudart-1a2b3c4d.so.12")):
+    for name, needed in (("blas.so", "libkilnblas.so.1"), ("grafted.so", "libcudart-1a2b3c4d.so.12"),
+                         ("user.so", "linked.so")):
         (tmp / name).write_bytes(_build(tmp, name, PLAIN))
         subprocess.run([patchelf(), "--add-needed", needed, str(tmp / name)], check=True, capture_output=True)
         built[name] = (tmp / name).read_bytes()
@@ -154,3 +155,20 @@ def test_the_cudart_name_auditwheel_grafts_is_the_cuda_runtime(libs: dict[str, b
     tag = _failed(artifact)[("wheel-tag", "")]
     assert "a CPU build (build info cuda: null) whose binaries need libcudart.so.12" in tag.detail
     _never_error_and_ok(artifact)
+
+
+def test_without_torch_no_torch_assumption_applies(libs: dict[str, bytes], tmp_path: Path) -> None:
+    """Neither required nor linked: no 'torch's floor is unknown' (nor its --torch-lib fix); and a library that links
+    torch but that another library of the wheel names in DT_NEEDED is a plain library, not an op library."""
+    no_torch = _audit(tmp_path / "a", {"kilntest/blas.so": libs["grafted.so"]}, (), name="kilnplain")
+    assert ("wheel-tag", "floor-unknown") not in _failed(no_torch)
+    (tag,) = [c for c in no_torch.checks if c.id == "wheel-tag" and c.ok and "agree" in c.detail]
+    assert "no torch is required or linked: torch's platform floor does not apply" in tag.detail
+    dependency = _audit(tmp_path / "b", {"kilntest/linked.so": libs["linked.so"], "kilntest/user.so": libs["user.so"]},
+                        ("torch==2.13.0",))
+    (linked,) = [lib for lib in dependency.libraries if lib.path == "kilntest/linked.so"]
+    (exports,) = [c for c in linked.checks if c.id == "exports"]
+    assert exports.detail.startswith("library kilntest/linked.so exports"), exports.detail
+    alone = _audit(tmp_path / "c", {"kilntest/linked.so": libs["linked.so"]}, ("torch==2.13.0",))
+    (exports,) = [c for c in alone.libraries[0].checks if c.id == "exports"]
+    assert exports.detail.startswith("op library (torch.ops.load_library) kilntest/linked.so exports"), exports.detail

@@ -45,9 +45,11 @@ def test_warnings_do_not_fail_and_json_keeps_both(corpus: Corpus, tmp_path: Path
     assert ("undefined-symbols", "preload", "warning") in severities
     assert ("exports", None, "error") in severities  # kiln_dep is exported on purpose: an error
     assert document["warnings"] >= 1 and document["errors"] >= 1 and result.returncode == 1
-    # Only warnings (the floor is unknown without a torch): exit 0, ok, and the warning is kept.
+    # Only warnings (the floor is unknown: the torch it requires is neither installed nor recorded): exit 0, ok,
+    # and the warning is kept.
     (quiet := tmp_path / "quiet").mkdir()
-    clean = make_wheel(quiet, {f"kilntest/clean{PY_SUFFIX}": corpus[f"clean{PY_SUFFIX}"].read_bytes()})
+    clean = make_wheel(quiet, {f"kilntest/clean{PY_SUFFIX}": corpus[f"clean{PY_SUFFIX}"].read_bytes()},
+                       requires=("torch==9.9.0",))
     result = run_kiln("audit", "--json", str(clean))
     document = json.loads(result.stdout)
     jsonschema.validate(document, SCHEMA)

@@ -42,6 +42,8 @@ class ArtifactContext:
     loaded_by_name: dict[str, str] = field(default_factory=dict)  # member -> the .py file that dlopens it
     variants: dict[str, Variant] = field(default_factory=dict)  # member -> its per-platform family
     requires: tuple[str, ...] = ()  # METADATA Requires-Dist
+    executables: set[str] = field(default_factory=set)  # ELF members that are programs, not libraries
+    needed_by: dict[str, list[str]] = field(default_factory=dict)  # DT_NEEDED name -> the wheel's libraries naming it
     _dependency_files: dict[str, str] | None = None
 
     def dependency_providing(self, library: str) -> str | None:
@@ -175,7 +177,7 @@ class LibraryContext:
         operators or links torch is an op library that torch.ops.load_library dlopens, not an import.
         """
         match = _EXTENSION_RE.match(self.filename)
-        if match is None or self.loaded_by is not None:
+        if match is None or self.loaded_by is not None or self.lib.is_executable:
             return None
         module = match["module"]
         suffix = match["suffix"] or ""
@@ -191,6 +193,8 @@ class LibraryContext:
         symbols = self.lib.dynamic_symbols
         if any(s.defined and s.name.startswith("PyInit_") for s in symbols):
             return False
+        if any(m != self.member for m in self.artifact.needed_by.get(self.filename, ())):
+            return False  # another library of the wheel names it in DT_NEEDED: ld.so loads it, not load_library
         policy = self.artifact.resolver.policy
         return any(_TORCH_NEEDED.match(n) for n in self.lib.needed) or any(
             not s.defined and policy.is_registration_symbol(s.name) for s in symbols)
@@ -198,4 +202,6 @@ class LibraryContext:
     @property
     def loaded_by_python(self) -> bool:
         """Loaded into a Python process, whose interpreter provides the Py* symbols."""
+        if self.lib.is_executable:
+            return False  # a program runs on its own: no interpreter provides its Py* symbols
         return self.artifact.wheel is not None or self.extension_module is not None

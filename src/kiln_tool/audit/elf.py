@@ -116,8 +116,9 @@ class ElfLibrary:
     """A shared object opened for reading. `where` names it in messages."""
 
     def __init__(self, stream: IO[bytes], size: int, where: str, *, expect_machine: str | None = None,
-                 buffer: Buffer | None = None, owned: IO[bytes] | None = None) -> None:
+                 buffer: Buffer | None = None, owned: IO[bytes] | None = None, executable: bool = False) -> None:
         self.where = where
+        self.is_executable = False  # a program (ET_EXEC, or a PIE: ET_DYN with PT_INTERP), opened with executable
         self.size = size
         self._stream = stream
         self._owned = owned
@@ -138,7 +139,10 @@ class ElfLibrary:
             raise
         except (*CORRUPT_ELF_ERRORS, OSError) as exc:
             raise ElfInvalid(f"corrupt or truncated ELF: {exc}") from exc
-        if elf_type != "ET_DYN":
+        if executable and elf_type in ("ET_EXEC", "ET_DYN"):
+            self.is_executable = elf_type == "ET_EXEC" or any(
+                segment["p_type"] == "PT_INTERP" for segment in self.elf.iter_segments())
+        elif elf_type != "ET_DYN":
             raise ElfInvalid(f"an ELF of type {elf_type}, not a shared object (ET_DYN)")
         if expect_machine is not None:
             want_class, want_machine = MACHINES.get(expect_machine, (64, "?"))
@@ -146,14 +150,16 @@ class ElfLibrary:
                 raise ElfInvalid(f"foreign ELF: {self.elfclass}-bit {self.machine}, expected {want_class}-bit "
                                  f"{want_machine} for {expect_machine}")
         if self.elf.get_section_by_name(".dynamic") is None and self._dynamic_segment() is None:
-            raise ElfInvalid("no dynamic section: not a loadable shared object")
+            raise ElfInvalid("no dynamic section: a statically linked program" if self.is_executable
+                             else "no dynamic section: not a loadable shared object")
 
     @classmethod
     def from_bytes(cls, data: bytes, where: str, *, expect_machine: str | None = None) -> ElfLibrary:
         return cls(io.BytesIO(data), len(data), where, expect_machine=expect_machine, buffer=data)
 
     @classmethod
-    def open(cls, path: Path, *, expect_machine: str | None = None, where: str | None = None) -> ElfLibrary:
+    def open(cls, path: Path, *, expect_machine: str | None = None, where: str | None = None,
+             executable: bool = False) -> ElfLibrary:
         """The file memory-mapped read-only: pages are read when a check touches them, never all at once."""
         file = path.open("rb")
         try:
@@ -163,7 +169,7 @@ class ElfLibrary:
             mapped = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
             try:
                 return cls(mapped, size, where or str(path), expect_machine=expect_machine,  # type: ignore[arg-type]
-                           buffer=mapped, owned=file)
+                           buffer=mapped, owned=file, executable=executable)
             except BaseException:
                 mapped.close()
                 raise
@@ -466,6 +472,11 @@ class ElfLibrary:
             return None
         return bytes(section.data())
 
+    def section_offset(self, name: str) -> int | None:
+        """Where the section's bytes start in the file; None when absent."""
+        section = self.elf.get_section_by_name(name)
+        return None if section is None else int(section["sh_offset"])
+
     def section_view(self, name: str) -> memoryview | None:
         """The section's bytes without a copy (a view into the mapping); None when absent or empty of data."""
         section = self.elf.get_section_by_name(name)
@@ -480,19 +491,26 @@ class ElfLibrary:
     def section_names(self) -> list[str]:
         return [s.name for s in self.elf.iter_sections()]
 
-    def static_symbol_names(self) -> list[str]:
-        """Names in .symtab (empty for stripped libraries)."""
-        return list(self._static_symbol_names)
+    def static_symbol_names(self, containing: bytes = b"") -> list[str]:
+        """Names in .symtab (empty for stripped libraries); with `containing`, only the names holding those bytes
+        (decoded only when they do: a big library's .symtab holds hundreds of thousands of names)."""
+        if containing not in self._static_names_cache:
+            self._static_names_cache[containing] = self._static_symbol_names(containing)
+        return list(self._static_names_cache[containing])
 
     @cached_property
-    def _static_symbol_names(self) -> tuple[str, ...]:
+    def _static_names_cache(self) -> dict[bytes, tuple[str, ...]]:
+        return {}
+
+    def _static_symbol_names(self, containing: bytes) -> tuple[str, ...]:
         section = self._section_of_type("SHT_SYMTAB")
         if section is None:
             return ()
         entsize, strtab_index = int(section["sh_entsize"]), int(section["sh_link"])
         if not self.buffer or entsize != (24 if self.elfclass == 64 else 16) or \
                 not 0 <= strtab_index < self.elf.num_sections():
-            return tuple(str(s.name) for s in section.iter_symbols() if s.name)
+            return tuple(str(s.name) for s in section.iter_symbols() if s.name and containing.decode("latin-1")
+                         in str(s.name))
         # st_name is the first word of an entry in both classes: read it straight from the mapping.
         strtab = self.elf.get_section(strtab_index)
         str_start = int(strtab["sh_offset"])
@@ -501,6 +519,9 @@ class ElfLibrary:
         fmt = ("<" if self.elf.little_endian else ">") + "I"
         names = []
         for index in range(count):
+            if index and index % 32768 == 0:  # a big .symtab/.strtab: their pages go as they are read
+                self.release(offset, count * entsize)
+                self.release(str_start, str_end - str_start)
             name_at = struct.unpack_from(fmt, self.buffer, offset + index * entsize)[0]
             if name_at == 0:
                 continue
@@ -508,7 +529,7 @@ class ElfLibrary:
             end = self.buffer.find(b"\0", start, str_end)
             if start >= str_end or end < 0:
                 raise ElfInvalid(f"corrupt ELF: .symtab entry {index} names offset {name_at} past its string table")
-            if end > start:
+            if end > start and (not containing or self.buffer.find(containing, start, end) != -1):
                 names.append(bytes(self.buffer[start:end]).decode("latin-1"))
         return tuple(names)
 

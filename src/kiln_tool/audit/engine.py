@@ -88,15 +88,20 @@ def _cxx11_target(artifact: ArtifactContext) -> tuple[bool | None, str]:
 
 def _check_library(ctx: LibraryContext, report: LibraryReport) -> None:
     checks = report.checks
+    program = ctx.lib.is_executable  # a program: nothing loads it into a process, nothing binds to its exports
     checks.append(hardening.check_textrel(ctx))
     checks.append(hardening.check_exec_stack(ctx))
-    checks.append(exports.check_exports(ctx))
+    if not program:
+        checks.append(exports.check_exports(ctx))
     checks.append(hardening.check_rpath(ctx))
+    ctx.lib.release()  # each check's mapped pages go before the next: peak RSS is one check's, not all of them
     checks.extend(build_paths.check_build_paths(ctx))
+    ctx.lib.release()
     checks.extend(symbols.check_undefined_symbols(ctx))
     checks.append(symbols.check_symbol_versions(ctx))
     target_abi, source = _cxx11_target(ctx.artifact)
     checks.append(abi.check_cxx11_abi(ctx, target_abi, source))
+    ctx.lib.release()
     fatbin_data = ctx.lib.section_view(".nv_fatbin")
     if fatbin_data is not None:
         results, manifest = cuda.check_cuda(ctx, fatbin_data)
@@ -107,24 +112,25 @@ def _check_library(ctx: LibraryContext, report: LibraryReport) -> None:
             if gpu is not None:
                 runs, how = gpu_runs(manifest, gpu)
                 report.gpu = {"gpu": gpu.sm, "runs": runs, "how": how}
-    registered = registration.check_library(ctx)
+    registered = registration.check_library(ctx) if not program else None
     if registered is not None:
         checks.append(registered)
 
 
-_VERSIONED_SO = re.compile(r"^(?P<stem>.+?\.so)(?:\.[0-9]+)*$")
+# The name a copy shares with its original: without auditwheel's -<8 hex> graft suffix and the .so version.
+_COPY_STEM = re.compile(r"^(?P<stem>.+?)(?:-[0-9a-f]{8})?(?:\.so(?:\.[0-9]+)*)?$")
 
 
 def _copies(whl: inputs.Wheel, members: list[str]) -> dict[str, list[str]]:
-    """Libraries shipped under several names with identical bytes (x.so, x.so.0, x.so.0.6.0 in one folder,
-    where a symlink would be on disk): the longest name -> the others. Each is audited once."""
+    """ELF files shipped under several names with identical bytes in one folder (x.so, x.so.0, x.so.0.6.0 where a
+    symlink would be on disk; libx.so.1 beside auditwheel's libx-1a2b3c4d.so.1): the longest name ->
+    the others. Each is audited once. (In another folder a copy is audited on its own: its $ORIGIN differs.)"""
     groups: dict[tuple[str, str, bytes], list[str]] = {}
     for member in members:
-        match = _VERSIONED_SO.match(posixpath.basename(member))
-        if match is None:
-            continue
+        match = _COPY_STEM.match(posixpath.basename(member))
+        stem = match["stem"] if match else posixpath.basename(member)
         digest, _ = whl.digest(member, "sha256")
-        groups.setdefault((posixpath.dirname(member), match["stem"], digest), []).append(member)
+        groups.setdefault((posixpath.dirname(member), stem, digest), []).append(member)
     result = {}
     for names in groups.values():
         if len(names) > 1:
@@ -144,10 +150,15 @@ def _audit_libraries(artifact: ArtifactContext, members: list[tuple[str, Locatio
     for member, location, file in members:
         lib_report = LibraryReport(path=member)
         report.libraries.append(lib_report)
+        program = member in artifact.executables
         try:
             lib = opened[member] if member in opened else ElfLibrary.open(file, expect_machine=artifact.arch,
-                                                                            where=member)
+                                                                            where=member, executable=program)
         except ElfInvalid as exc:
+            if program and str(exc).startswith("no dynamic section: a statically linked program"):
+                lib_report.checks.append(passed("elf-valid", f"{member}: a statically linked program: no "
+                                                "libraries to load, nothing to resolve"))
+                continue
             _elf_valid(lib_report, exc, member)
             continue
         except OSError as exc:
@@ -184,7 +195,9 @@ def _apply_severity(report: ArtifactReport, policy: Policy) -> None:
 
 
 def _passed_elf(lib: ElfLibrary) -> CheckResult:
-    return passed("elf-valid", f"{lib.elfclass}-bit {lib.machine} shared object, {lib.size} bytes")
+    kind = "executable (audited as a program: its RUNPATH must reach what it needs)" if lib.is_executable \
+        else "shared object"
+    return passed("elf-valid", f"{lib.elfclass}-bit {lib.machine} {kind}, {lib.size} bytes")
 
 
 def _target_summary(artifact: ArtifactContext) -> dict[str, object]:
@@ -226,13 +239,15 @@ class _Auditor:
             else:
                 policy, reason = self.base, f"--policy; tag {'.'.join(platform_tags)} claims no manylinux policy"
             info = whl.build_info()
-            members = [(m, Location(member=m), whl.library_file(m)) for m in whl.libraries()]
+            programs = set(whl.executables())
+            members = [(m, Location(member=m), whl.library_file(m)) for m in sorted({*whl.libraries(), *programs})]
             copies = _copies(whl, [m for m, _, _ in members])
             members = [entry for entry in members if entry[0] not in {c for cs in copies.values() for c in cs}]
 
             def open_member(member: str) -> ElfLibrary:
                 if member not in opened:
-                    opened[member] = ElfLibrary.open(whl.library_file(member), expect_machine=arch, where=member)
+                    opened[member] = ElfLibrary.open(whl.library_file(member), expect_machine=arch, where=member,
+                                                     executable=member in programs)
                 return opened[member]
 
             def needs_cuda_torch() -> bool:
@@ -272,6 +287,7 @@ class _Auditor:
                                        extra_exports=self.options.extra_exports, gpu=self.gpu,
                                        release=self.options.release)
             artifact.requires = tuple(whl.metadata().get("Requires-Dist", []))
+            artifact.executables = programs
             python_files = {m: whl.read(m) for m in whl.infos if m.endswith(".py")}
             artifact.loaded_by_name = loading.loaded_by_name(python_files, [m for m, _, _ in members])
 
@@ -282,6 +298,9 @@ class _Auditor:
                     return []
 
             artifact.variants = loading.variants([m for m, _, _ in members], needed_of)
+            for member, _, _ in members:
+                for name in needed_of(member):
+                    artifact.needed_by.setdefault(name, []).append(member)
             report = ArtifactReport(path=str(path), kind="wheel", target=_target_summary(artifact))
             _audit_libraries(artifact, members, opened, report)
             for lib_report in report.libraries:

@@ -23,6 +23,12 @@ _WHEEL_NAME_RE = re.compile(
 _SO_RE = re.compile(r"\.so(\.[0-9A-Za-z_]+)*$")
 
 
+# Members never read to look for ELF programs (sources, text, data formats).
+_NOT_ELF_SUFFIXES = frozenset({".py", ".pyi", ".pyc", ".txt", ".md", ".rst", ".json", ".toml", ".cfg", ".ini", ".h",
+                               ".hpp", ".hh", ".cuh", ".c", ".cc", ".cpp", ".cu", ".typed", ".html", ".css", ".js",
+                               ".yaml", ".yml", ".csv", ".png", ".jpg", ".svg", ".pem", ".cmake", ".pxd", ".pyx"})
+
+
 def is_shared_library_name(name: str) -> bool:
     return bool(_SO_RE.search(PurePosixPath(name).name))
 
@@ -191,6 +197,23 @@ class Wheel:
 
     def libraries(self) -> list[str]:
         return sorted(m for m in self.infos if is_shared_library_name(m) and not m.endswith("/"))
+
+    def executables(self) -> list[str]:
+        """ELF members not named like a shared library (programs: bin/tool, ...; any other ELF file), found by
+        their first bytes; text and Python files are never read for it."""
+        found = []
+        for member in sorted(self.infos):
+            name = PurePosixPath(member).name
+            if member.endswith("/") or is_shared_library_name(member) or \
+                    PurePosixPath(name).suffix.lower() in _NOT_ELF_SUFFIXES or self.infos[member].file_size < 64:
+                continue
+            try:
+                head = next(iter(self.archive.stream(member)), b"")[:4]
+            except UnsafeArchiveError as exc:
+                raise AuditInputError(f"{self.path}: cannot read {member}: {exc}") from None
+            if head == b"\x7fELF":
+                found.append(member)
+        return found
 
 
 def open_wheel(path: Path, limits: Limits) -> Wheel:

@@ -150,8 +150,8 @@ class Resolver:
                 return Found(Location(platform=f"{name}|{what}"), f"system library of {self.policy.name} {self.arch}")
         if name in self.policy.driver_libraries:
             return Found(Location(driver=name), self.policy.driver_libraries[name])
-        if requester.member is not None:
-            return self._sibling(name)
+        if requester.member is not None and not getattr(lib, "is_executable", False):
+            return self._sibling(name)  # a program is never loaded after a sibling: only its search path counts
         return None
 
     def _sibling(self, name: str) -> Found | None:

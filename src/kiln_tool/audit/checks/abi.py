@@ -60,16 +60,16 @@ def symbol_abi(name: str) -> int | None:
 
 
 def check_cxx11_abi(ctx: LibraryContext, target_abi: bool | None, source: str) -> CheckResult:
+    marked = [(symbol.name, abi) for symbol in ctx.lib.dynamic_symbols if _TORCH_NAMESPACES.match(symbol.name)
+              and (abi := symbol_abi(symbol.name)) is not None]
+    if not marked:
+        # An old-ABI shim or a library without torch's C++ API: no torch symbol whose name the setting changes.
+        return passed("cxx11-abi", "nothing to check: no torch symbol here whose mangling depends on "
+                      "_GLIBCXX_USE_CXX11_ABI")
     if target_abi is None:
         return passed("cxx11-abi", f"not checked: the target torch's _GLIBCXX_USE_CXX11_ABI is unknown ({source})")
     want = 1 if target_abi else 0
-    wrong: list[str] = []
-    for symbol in ctx.lib.dynamic_symbols:
-        if not _TORCH_NAMESPACES.match(symbol.name):
-            continue
-        abi = symbol_abi(symbol.name)
-        if abi is not None and abi != want:
-            wrong.append(symbol.name)
+    wrong = [name for name, abi in marked if abi != want]
     if wrong:
         shown = ", ".join(wrong[:_MAX_SHOWN]) + (f" and {len(wrong) - _MAX_SHOWN} more" if len(wrong) > _MAX_SHOWN
                                                   else "")
@@ -78,4 +78,5 @@ def check_cxx11_abi(ctx: LibraryContext, target_abi: bool | None, source: str) -
                       f"compile with -D_GLIBCXX_USE_CXX11_ABI={want} (take it from "
                       "torch._C._GLIBCXX_USE_CXX11_ABI of the torch you build against), and do not mix objects "
                       "built for another torch.")
-    return passed("cxx11-abi", f"torch symbols use _GLIBCXX_USE_CXX11_ABI={want} ({source})")
+    return passed("cxx11-abi", f"{len(marked)} torch symbol(s) whose mangling depends on it use "
+                  f"_GLIBCXX_USE_CXX11_ABI={want} ({source})")

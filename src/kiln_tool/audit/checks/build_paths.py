@@ -85,10 +85,15 @@ def check_build_paths(ctx: LibraryContext) -> list[CheckResult]:
     fatbin_data = ctx.lib.section_view(".nv_fatbin")
     if fatbin_data:
         try:
+            base = ctx.lib.section_offset(".nv_fatbin")
+            released = 0
             for entry in fatbin.iter_entries(fatbin_data):
                 if entry.compressed:
                     for _, path, kind in find_build_paths(fatbin.payload(fatbin_data, entry), rule):
                         found[kind].setdefault(path, set()).add(f".nv_fatbin {entry.name}")
+                if base is not None:  # the pages of what was read go (a big library's device code is GBs)
+                    ctx.lib.release(base + released, entry.offset + entry.size - released)
+                    released = entry.offset + entry.size
         except fatbin.FatbinError:
             pass  # cuda-sass reports a malformed fatbin
     results = []

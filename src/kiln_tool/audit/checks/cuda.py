@@ -10,8 +10,16 @@ from ..report import CheckResult, failed, passed
 
 def check_cuda(ctx: LibraryContext, data: fatbin.Data) -> tuple[list[CheckResult], fatbin.ArchManifest | None]:
     """Both checks for a library that carries a fatbin; returns the manifest found for the report."""
+    base = ctx.lib.section_offset(".nv_fatbin")
     try:
-        entries = list(fatbin.iter_entries(data))
+        entries: list[fatbin.FatbinEntry] = []
+        released = 0
+        for entry in fatbin.iter_entries(data):
+            entries.append(entry)
+            if base is not None and len(entries) % 16 == 0:
+                # Only headers are read, but each touch maps the pages around it: they go as the walk moves on.
+                ctx.lib.release(base + released, entry.offset + entry.size - released)
+                released = entry.offset + entry.size
     except fatbin.FatbinError as exc:
         detail = f"{ctx.member}: malformed .nv_fatbin ({exc}); the CUDA runtime cannot load its kernels."
         fix = "rebuild: the section was damaged after nvcc wrote it (a bad strip or objcopy step?)."

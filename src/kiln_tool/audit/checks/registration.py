@@ -61,7 +61,7 @@ def init_namespaces(ctx: LibraryContext) -> dict[str, set[str]]:
     if not registration_refs(ctx):
         return found
     try:
-        static_names = ctx.lib.static_symbol_names()
+        static_names = ctx.lib.static_symbol_names(b"TORCH_LIBRARY")  # every init symbol holds it
     except CORRUPT_ELF_ERRORS:
         static_names = []  # a damaged .symtab: fall back to the build info, as for stripped libraries
     for name in static_names:

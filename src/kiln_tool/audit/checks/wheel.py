@@ -135,6 +135,10 @@ def check_wheel_tag(artifact: ArtifactContext) -> list[CheckResult]:
             floor_source = f"torch {artifact.torch.version}'s own wheel"
         else:
             floor_unknown = f"torch {artifact.torch.version}'s own platform tags are unknown"
+    elif requirement is None and not (info and info.get("torch_version")) and not any(
+            _TORCH_NEEDED.match(n) for lib in artifact.libraries for n in lib.lib.needed):
+        # No torch at all (neither required nor linked): torch's floor does not apply.
+        notes.append("no torch is required or linked: torch's platform floor does not apply")
     else:
         floor_unknown = f"no target torch ({artifact.torch_problem})"
     for tag in wheel.name.platform_tags:
