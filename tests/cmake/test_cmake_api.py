@@ -158,8 +158,9 @@ def test_one_build_info_for_the_package_with_every_librarys_ops(built: Built) ->
     assert (info["project"], info["package"], info["namespace"]) == ("tinyops", "tinyops", "tinyops")
     assert info["libraries"] == "load-library"
     assert info["version"] == "0.1.0+pt213cpu"
-    assert {p.name for p in built.package.iterdir()} == {"_build_info.json", built.load_library.name,
+    assert {p.name for p in built.package.iterdir()} == {"_build_info.json", "_kiln", built.load_library.name,
                                                          built.python_module.name}
+    assert info["targets"] == ["tinyops/_tiny_add=load-library", "tinyops/_tiny_mod=python-module"]
 
 
 def test_both_libraries_load_and_run(built: Built) -> None:
