@@ -311,6 +311,112 @@ def bench_roi_align(report: Report, run: Callable[[Callable[[], object]], float]
     report.check(f"{case} bwd max rel error vs fp64 reference ({k} rois)", err < 1e-5, max_rel_error=err)
 
 
+# ---------------------------------------------------------------------------- the RoI family beside torchvision
+
+# issue 37: every RoI-family op and nms at most this fraction of torchvision's CPU time, at 1 and 2 threads.
+ROI_FAMILY_TARGET = 0.8
+
+
+def roi_family_shapes() -> list[tuple[str, tuple[int, int, int, int], int, float]]:
+    """(label, input [N, C, H, W], boxes, box side in input pixels): the issue's shape (2x256x64x64, 512
+    boxes, 7x7, sampling ratio 2, aligned; boxes up to the whole map), small boxes (2-8 pixels: the per-box
+    overhead), many channels (1024). The position-sensitive ops take C rounded to a multiple of 49."""
+    return [("issue 2x256x64x64 512 boxes", (2, 256, 64, 64), 512, 64.0),
+            ("small boxes 2x256x64x64 512 boxes", (2, 256, 64, 64), 512, 8.0),
+            ("many channels 2x1024x32x32 256 boxes", (2, 1024, 32, 32), 256, 32.0)]
+
+
+def family_rois(num_rois: int, n: int, h: int, w: int, side: float, seed: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    b = torch.randint(0, n, (num_rois, 1), generator=g).float()
+    size = 2 + torch.rand(num_rois, 2, generator=g) * (side - 2)
+    xy = torch.rand(num_rois, 2, generator=g) * (torch.tensor([w, h]) - size).clamp(min=1)
+    return torch.cat([b, xy, xy + size], dim=1)
+
+
+def roi_call(op: Callable[..., torch.Tensor], x: torch.Tensor, rois: torch.Tensor, args: tuple[Any, ...],
+             kind: str) -> Callable[[], object]:
+    """op(x, rois, *args), or it and the backward of its sum (kind "fwd+bwd")."""
+    if kind == "fwd":
+        return lambda: op(x, rois, *args)
+    xg = x.clone().requires_grad_(True)
+    return lambda: torch.autograd.grad(op(xg, rois, *args).sum(), xg)
+
+
+def time_interleaved(ours: Callable[[], object], theirs: Callable[[], object],
+                     iters: int) -> tuple[float, float, float]:
+    """(our median ms, their median ms, median of the per-round ratios), the two timed in alternation, so that
+    a busy shared machine slows both alike (the ratio is the figure; the times move with the load)."""
+    ours()
+    theirs()
+    pairs = []
+    for i in range(iters):
+        order = (ours, theirs) if i % 2 == 0 else (theirs, ours)
+        times = {}
+        for fn in order:
+            t0 = time.perf_counter()
+            fn()
+            times[fn is ours] = (time.perf_counter() - t0) * 1e3
+        pairs.append((times[True], times[False]))
+    return (statistics.median(p[0] for p in pairs), statistics.median(p[1] for p in pairs),
+            statistics.median(p[0] / p[1] for p in pairs))
+
+
+def nms_call(nms: Callable[..., torch.Tensor]) -> Callable[[], object]:
+    boxes, scores = random_boxes(10_000, "cpu", seed=10_000)
+    return lambda: nms(boxes, scores, 0.5)
+
+
+def row(op: str, shape: str, threads: int, kind: str, ours_ms: float, tv_ms: float, ratio: float) -> dict[str, Any]:
+    print(f"  {op + ' ' + shape + f' ({threads} thr)':62s} {kind:8s} opkiln {ours_ms:9.3f} ms  torchvision "
+          f"{tv_ms:9.3f} ms  {ratio:.2f}x", flush=True)
+    return {"op": op, "shape": shape, "threads": threads, "pass": kind, "opkiln_ms": round(ours_ms, 3),
+            "torchvision_ms": round(tv_ms, 3), "ratio": round(ratio, 3)}
+
+
+def bench_roi_family(report: Report, iters: int, threads: list[int]) -> list[dict[str, Any]]:
+    """Every RoI-family op (forward; forward + backward) and nms 10k beside torchvision on the CPU, at each
+    thread count: one row per (op, shape, threads) with both times and the ratio."""
+    tv_ops = import_torchvision_ops()
+    if tv_ops is None:
+        print("  the RoI family table needs torchvision (pip install --no-deps torchvision==0.29.1)", file=sys.stderr)
+        return []
+    table: list[dict[str, Any]] = []
+    pooled, sr = 7, 2
+    ops_: dict[str, tuple[Callable[..., torch.Tensor], Callable[..., torch.Tensor], tuple[Any, ...], bool]] = {
+        "roi_align": (opkiln.ops.roi_align, tv_ops.roi_align, ((pooled, pooled), 1.0, sr, True), False),
+        "roi_pool": (opkiln.ops.roi_pool, tv_ops.roi_pool, ((pooled, pooled), 1.0), False),
+        "ps_roi_align": (opkiln.ops.ps_roi_align, tv_ops.ps_roi_align, ((pooled, pooled), 1.0, sr), True),
+        "ps_roi_pool": (opkiln.ops.ps_roi_pool, tv_ops.ps_roi_pool, ((pooled, pooled), 1.0), True),
+    }
+    saved = torch.get_num_threads()
+    try:
+        for t in threads:
+            torch.set_num_threads(t)
+            for label, (n, c, h, w), num_rois, side in roi_family_shapes():
+                rois = family_rois(num_rois, n, h, w, side, seed=1)
+                for name, (ours, theirs, args, position_sensitive) in ops_.items():
+                    channels = c // 49 * 49 if position_sensitive else c
+                    x = torch.randn(n, channels, h, w, generator=torch.Generator().manual_seed(0))
+                    for kind in ("fwd", "fwd+bwd"):
+                        ours_ms, tv_ms, ratio = time_interleaved(roi_call(ours, x, rois, args, kind),
+                                                                 roi_call(theirs, x, rois, args, kind), iters)
+                        table.append(row(name, label, t, kind, ours_ms, tv_ms, ratio))
+                    err = (ours(x, rois, *args) - theirs(x, rois, *args)).abs().max().item()
+                    report.check(f"{name} {label} ({t} thr) fwd max abs error vs torchvision", err < 1e-4,
+                                 max_abs_error=err)
+            ours_ms, tv_ms, ratio = time_interleaved(nms_call(opkiln.nms), nms_call(tv_ops.nms), iters)
+            table.append(row("nms", "10k boxes, iou 0.5", t, "fwd", ours_ms, tv_ms, ratio))
+    finally:
+        torch.set_num_threads(saved)
+    met = [r for r in table if r["ratio"] <= ROI_FAMILY_TARGET]
+    report.check(f"RoI family + nms <= {ROI_FAMILY_TARGET}x torchvision's CPU time", len(met) == len(table),
+                 met=len(met), rows=len(table),
+                 missed=[f"{r['op']} {r['shape']} {r['threads']}thr {r['pass']} {r['ratio']}x" for r in table
+                         if r["ratio"] > ROI_FAMILY_TARGET])
+    return table
+
+
 # ---------------------------------------------------------------------------- main
 
 
@@ -321,6 +427,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--iters", type=int, default=None, help="timed runs per case (median); default 50 cuda, 5 cpu")
     parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile baselines")
     parser.add_argument("--quick", action="store_true", help="small sizes on any device (smoke test)")
+    parser.add_argument("--roi-family", action="store_true",
+                        help="only the RoI family + nms table beside torchvision on the CPU, at --threads")
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2], help="thread counts of the RoI table")
     args = parser.parse_args(argv)
     device = args.device
     if device == "cuda" and not torch.cuda.is_available():
@@ -342,20 +451,26 @@ def main(argv: list[str] | None = None) -> int:
            else "perf_counter, median"}
     print(f"opkiln kernel benchmark on {env['gpu']} ({device}), torch {env['torch']}, opkiln {env['opkiln']}")
     report = Report(device)
+    if args.roi_family:
+        table = bench_roi_family(report, iters, args.threads)
+        return finish(report, env, args.json, {"roi_family": table})
     bench_copy(report, run, device, ws_n)
     bench_weighted_sum(report, run, device, ws_n, compile_)
     bench_rms_norm(report, run, device, *rms_shape, compile_)
     for n, label in nms_cases:
         bench_nms(report, device, n, label, iters)
     bench_roi_align(report, run, device, *roi_case)
+    return finish(report, env, args.json, {})
 
+
+def finish(report: Report, env: dict[str, Any], json_path: str | None, extra: dict[str, Any]) -> int:
     failed = [c["check"] for c in report.checks if not c["ok"]]
     summary = {"environment": env, "copy_gb_per_s": round(report.copy_gbps or math.nan, 1), "targets_ms": TARGETS_MS,
-               "results": report.rows, "checks": report.checks, "all_checks_ok": not failed}
-    if args.json:
-        with open(args.json, "w") as fh:
+               "results": report.rows, "checks": report.checks, "all_checks_ok": not failed, **extra}
+    if json_path:
+        with open(json_path, "w") as fh:
             json.dump(summary, fh, indent=2)
-        print(f"wrote {args.json}")
+        print(f"wrote {json_path}")
     ok = len(report.checks) - len(failed)
     print(f"{ok}/{len(report.checks)} checks ok" + (f"; failed: {failed}" if failed else ""))
     return 1 if failed else 0
