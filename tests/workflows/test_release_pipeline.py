@@ -247,31 +247,23 @@ def test_release_merges_onto_what_is_published(repaired_wheel: Path, serve: obje
 # -- tools/fetch_published_site.py on its own ------------------------------------------------------
 
 
-def _fake_site(root: Path, wheels: dict[str, bytes]) -> Path:
-    (root / "wheels").mkdir(parents=True)
-    entries = []
-    for name, data in wheels.items():
-        (root / "wheels" / name).write_bytes(data)
-        (root / "wheels" / f"{name}.metadata").write_bytes(b"Metadata-Version: 2.4\n")
-        entries.append({"filename": name, "sha256": hashlib.sha256(data).hexdigest(), "size": len(data),
-                        "metadata_sha256": hashlib.sha256(b"Metadata-Version: 2.4\n").hexdigest()})
-    (root / "kiln-index.json").write_text(json.dumps({"schema": 1, "wheels": entries}))
-    return root
-
-
 def test_fetch_checks_every_file_against_the_manifest(serve: object, tmp_path: Path) -> None:
     start = serve  # type: ignore[assignment]
-    site = _fake_site(tmp_path / "site", {"a-1-py3-none-any.whl": b"A", "b-1-py3-none-any.whl": b"BB"})
+    from index.synthetic_wheels import make_wheel  # the fetch reads a kiln manifest strictly (issue 34)
+    from kiln_tool.index import build_index
+
+    a, b = (make_wheel(tmp_path / "dist", version=v) for v in ("0.1.0+pt213cpu", "0.2.0+pt213cpu"))
+    site = build_index(tmp_path / "dist", tmp_path / "site", audit=None).out
     url = start(site)  # type: ignore[operator]
     ok = _fetch(url, tmp_path / "ok")
     assert ok.returncode == 0, ok.stderr
-    assert (tmp_path / "ok" / "wheels" / "b-1-py3-none-any.whl").read_bytes() == b"BB"
+    assert (tmp_path / "ok" / "wheels" / b.name).read_bytes() == b.read_bytes()
     assert (tmp_path / "ok" / "kiln-index.json").read_bytes() == (site / "kiln-index.json").read_bytes()
 
-    (site / "wheels" / "b-1-py3-none-any.whl").write_bytes(b"XX")  # same size, other bytes
+    (site / "wheels" / b.name).write_bytes(b.read_bytes()[:-1] + b"X")  # same size, other bytes
     tampered = _fetch(url, tmp_path / "tampered")
     assert tampered.returncode == 1 and "sha256 differs" in tampered.stderr
-    (site / "wheels" / "a-1-py3-none-any.whl.metadata").unlink()
+    (site / "wheels" / f"{a.name}.metadata").unlink()
     gone = _fetch(url, tmp_path / "gone")
     assert gone.returncode == 1 and "HTTP 404" in gone.stderr
 

@@ -24,14 +24,16 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import re
 import sys
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote
 
 from .errors import IndexInputError
 from .http_fetch import FetchFailure, http_get
-from .manifest import Manifest, parse_manifest
+from .manifest import Manifest, _unique_keys, parse_manifest
 
 MANIFEST = "kiln-index.json"
 WHEEL_DIR = "wheels"
@@ -40,6 +42,8 @@ MAX_MANIFEST_BYTES = 64 << 20  # 10,000 wheels are ~7 MiB of manifest
 MAX_METADATA_BYTES = 8 << 20
 MAX_PAGE_BYTES = 64 << 20
 DEADLINE_S = 300.0  # one fetch, whole (the manifest, a page, one wheel)
+_WHEEL_NAME = re.compile(r"^[A-Za-z0-9_.+!-]+\.whl$")
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _PROJECT_LINK = re.compile(r'<a href="([a-z0-9][a-z0-9._-]*)/">')
 _WHEEL_LINK = re.compile(r'<a href="[^"#]*#sha256=([0-9a-f]{64})"[^>]*>([^<]+\.whl)</a>')
 
@@ -64,7 +68,31 @@ def read_manifest(raw: bytes, where: str) -> Manifest:
     try:
         return parse_manifest(raw, where)
     except IndexInputError as exc:
-        raise ManifestError(str(exc)) from None
+        strict = str(exc)
+    try:  # a document that is JSON but no kiln manifest: name its first broken entry, where it has one
+        _wheel_entries(json.loads(raw.decode("utf-8"), object_pairs_hook=_unique_keys))
+    except ManifestError as exc:
+        raise ManifestError(f"{where}: {exc}") from None
+    except (ValueError, RecursionError):
+        pass
+    raise ManifestError(strict)
+
+
+def _wheel_entries(manifest: Any) -> None:
+    """The shape every manifest entry has had since the first kiln (the strict reader holds it to far more)."""
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("wheels"), list):
+        raise ManifestError(f"{MANIFEST}: expected an object with a 'wheels' list")
+    for i, entry in enumerate(manifest["wheels"]):
+        try:
+            name, sha, size, meta_sha = entry["filename"], entry["sha256"], entry["size"], entry["metadata_sha256"]
+        except (KeyError, TypeError):
+            raise ManifestError(f"{MANIFEST}: wheels[{i}] lacks filename, sha256, size or metadata_sha256") from None
+        if not (isinstance(name, str) and _WHEEL_NAME.match(name)):
+            raise ManifestError(f"{MANIFEST}: wheels[{i}]: {str(name)[:100]!r} is not a wheel file name")
+        if not (isinstance(sha, str) and _SHA256.match(sha) and isinstance(meta_sha, str) and _SHA256.match(meta_sha)):
+            raise ManifestError(f"{MANIFEST}: {name}: malformed sha256")
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            raise ManifestError(f"{MANIFEST}: {name}: malformed size {str(size)[:40]!r}")
 
 
 def live_listing(base: str, projects: set[str], deadline_s: float = DEADLINE_S) -> dict[str, str] | None:

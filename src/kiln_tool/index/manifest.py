@@ -8,6 +8,7 @@ only ever added: a published wheel keeps its name, bytes and combinations.
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import os
 import re
@@ -264,8 +265,24 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return doc
 
 
+_LAST_READ: dict[str, Manifest] = {}  # sha256 of the bytes -> what they read as (the last one only)
+
+
 def parse_manifest(raw: bytes, where: str) -> Manifest:
-    """A manifest's bytes, checked: the one reader, for what is on disk and for what a run is about to write."""
+    """A manifest's bytes, checked: the one reader, for what is on disk and for what a run is about to write.
+
+    A release reads the fetched bytes at fetch time and again from SITE: the same bytes (by sha256) are read
+    once, and each caller gets its own Manifest (the entries are immutable)."""
+    digest = hashlib.sha256(raw).hexdigest()
+    known = _LAST_READ.get(digest)
+    if known is None:
+        known = _parse_manifest(raw, where)
+        _LAST_READ.clear()
+        _LAST_READ[digest] = known
+    return Manifest(base_url=known.base_url, wheels=dict(known.wheels))
+
+
+def _parse_manifest(raw: bytes, where: str) -> Manifest:
     try:
         doc = json.loads(raw.decode("utf-8"), object_pairs_hook=_unique_keys)
     except _DuplicateKeyError as exc:
