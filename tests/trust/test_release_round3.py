@@ -331,6 +331,50 @@ def test_every_command_refuses_a_non_regular_wheel_alike_before_opening_it(kind:
             not any((tmp_path / "site").iterdir()), command
 
 
+KINDS = ("wheel", "symlink", "fifo", "folder", "socket", "dangling")
+
+
+def _place(dist: Path, kind: str, name: str, real: Path) -> None:
+    path = dist / name
+    if kind == "wheel":
+        shutil.copy(real, path)
+    elif kind == "symlink":
+        path.symlink_to(real)
+    elif kind == "dangling":
+        path.symlink_to(dist / "nowhere")
+    elif kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "folder":
+        path.mkdir()
+    else:
+        with socket.socket(socket.AF_UNIX) as sock:
+            sock.bind(str(path))
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=list(HealthCheck))
+@given(kinds=st.lists(st.sampled_from(KINDS), min_size=1, max_size=5))
+def test_both_commands_refuse_the_same_entries_with_the_same_lines(tmp_path_factory: pytest.TempPathFactory,
+                                                                   kinds: list[str], cfg: Path) -> None:
+    tmp = tmp_path_factory.mktemp("kinds")
+    dist = tmp / "dist"
+    dist.mkdir()
+    for i, kind in enumerate(kinds):
+        real = _wheel(tmp / f"real{i}", f"0.{i + 1}.0+pt213cpu")
+        _place(dist, kind, real.name, real)
+    index = kiln("index", dist, tmp / "out")
+    release = kiln("release", dist, tmp / "site", "--base-url", BASE, "--first-release", "--published",
+                   "http://127.0.0.1:9/", "--storage", cfg)
+    refused = [line for line in index.stderr.splitlines() if "not a wheel file" in line]
+    assert len(refused) == sum(kind != "wheel" for kind in kinds), index.stderr
+    if refused:
+        _one_line(index, 2)
+        _one_line(release, 2)
+        assert refused == [line for line in release.stderr.splitlines() if "not a wheel file" in line]
+        assert not (tmp / "out").exists() and not (tmp / "site").exists()
+    else:
+        assert index.code == 0, index.stderr
+
+
 def test_a_wheel_that_lands_in_dist_mid_release_is_not_published(tmp_path: Path, cfg: Path) -> None:
     """It arrives during the fetch, tagged below the release floor (`--release` would refuse it)."""
     www = _published(tmp_path, "0.1.0+pt213cpu")
