@@ -10,7 +10,7 @@ from typing import Any
 from .archs import ArchRequest, CudaArch
 from .elf import Buffer, ElfLibrary
 from .inputs import Wheel
-from .loading import Variant
+from .loading import ApiEvidence, Variant
 from .policy import Policy
 from .resolve import Location, Resolver
 from .target import TorchTarget
@@ -42,6 +42,7 @@ class ArtifactContext:
     loaded_by_name: dict[str, str] = field(default_factory=dict)  # member -> the .py file that dlopens it
     variants: dict[str, Variant] = field(default_factory=dict)  # member -> its per-platform family
     requires: tuple[str, ...] = ()  # METADATA Requires-Dist
+    api: ApiEvidence | None = None  # what in the wheel says a library's exports are an API
     executables: set[str] = field(default_factory=set)  # ELF members that are programs, not libraries
     needed_by: dict[str, list[str]] = field(default_factory=dict)  # DT_NEEDED name -> the wheel's libraries naming it
     _dependency_files: dict[str, str] | None = None

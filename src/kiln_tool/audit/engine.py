@@ -290,6 +290,8 @@ class _Auditor:
             artifact.executables = programs
             python_files = {m: whl.read(m) for m in whl.infos if m.endswith(".py")}
             artifact.loaded_by_name = loading.loaded_by_name(python_files, [m for m, _, _ in members])
+            link_files = {m: whl.read(m) for m in whl.infos if m.endswith((".cmake", ".pc", "CMakeLists.txt"))}
+            artifact.api = loading.api_evidence({**python_files, **link_files}, sorted(whl.infos))
 
             def needed_of(member: str) -> list[str]:
                 try:

@@ -107,3 +107,63 @@ def variants(libraries: list[str], needed_of: Callable[[str], list[str]]) -> dic
         for library, platform, version in members:
             result[library] = Variant(platform, version, _cuda_major(platform, version, needed_of(library)), family)
     return result
+
+
+# A string literal of Python code (quotes of either kind), at least 3 characters of a C identifier or a path.
+_ANY_LITERAL = re.compile(rb"[\"']([A-Za-z_./-][A-Za-z0-9_./+-]{2,})[\"']")
+_HEADER = re.compile(r"\.(h|hh|hpp|hxx|cuh|inl)$", re.IGNORECASE)
+_LINK_FILE = re.compile(r"(\.py|\.cmake|\.pc|CMakeLists\.txt)$")
+_LINK_CONTEXT = re.compile(rb"library_dirs|libraries\s*=|extra_link_args|cpp_extension|target_link_libraries|"
+                           rb"find_library|IMPORTED_LOCATION|Libs:")
+_GENERIC_DIRS = frozenset({"lib", "lib64", "libs", "bin", "include", "share", "src", "_C", "csrc", "data"})
+
+
+@dataclass(frozen=True)
+class ApiEvidence:
+    """What in a wheel says a library's exports are an API, not a leak."""
+
+    literals: dict[str, str]  # string literal of the wheel's Python code -> the file holding it
+    headers: tuple[str, ...]  # C/C++ headers the wheel ships
+    link_files: dict[str, bytes]  # Python / CMake / pkg-config files that link code against libraries
+
+    def named_in_python(self, symbols: list[str]) -> dict[str, str]:
+        """Exported symbols Python code names (looked up by name: dlsym, ctypes, a pluggable allocator)."""
+        return {s: self.literals[s] for s in symbols if s in self.literals}
+
+    def sdk(self, member: str) -> str | None:
+        """Why `member` is a public SDK library: the wheel ships headers and a build helper links against it."""
+        if not self.headers:
+            return None
+        name = posixpath.basename(member)
+        link = re.sub(r"^lib|\.so(\.\d+)*$", "", name)
+        for file, text in sorted(self.link_files.items()):
+            if not _LINK_CONTEXT.search(text):
+                continue
+            if name.encode() in text or f"-l{link}".encode() in text or (
+                    len(link) >= 3 and re.search(rb"[\"']" + re.escape(link.encode()) + rb"[\"']", text)):
+                return (f"the wheel ships {len(self.headers)} header(s) (e.g. {self.headers[0]}) and {file} links "
+                        f"code against {name}")
+        return None
+
+    def runtime_dir(self, member: str) -> str | None:
+        """The Python file naming the folder `member` lives in (a vendor runtime loaded from that folder)."""
+        folder = posixpath.dirname(member)
+        last = posixpath.basename(folder)
+        if not folder or last in _GENERIC_DIRS or len(last) < 4:
+            return None
+        for literal, file in self.literals.items():
+            if literal.rstrip("/") in (folder, last) or literal.rstrip("/").endswith("/" + folder):
+                return file
+        return None
+
+
+def api_evidence(members: dict[str, bytes], names: list[str]) -> ApiEvidence:
+    """`members`: the wheel's Python, CMake and pkg-config files' bytes; `names`: every member's name."""
+    literals: dict[str, str] = {}
+    for file, text in sorted(members.items()):
+        if file.endswith(".py"):
+            for literal in _ANY_LITERAL.findall(text):
+                literals.setdefault(literal.decode(), file)
+    headers = tuple(sorted(n for n in names if _HEADER.search(n)))
+    link_files = {f: t for f, t in members.items() if _LINK_FILE.search(f)}
+    return ApiEvidence(literals, headers, link_files)
