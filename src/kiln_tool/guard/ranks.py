@@ -199,6 +199,27 @@ def _registered(op: str) -> bool:
     return True
 
 
+def _import_error(package: str) -> str | None:
+    """The first line of what importing ``package`` raises, or None when it imports.
+
+    Run as ``-m <package>._kiln.ranks``, Python imports the package first; when that import fails, kiln's guard
+    hands over to this check from inside it (the package then stays half-imported in sys.modules): the error
+    is then the one the guard kept."""
+    module = sys.modules.get(package)
+    if module is not None and getattr(getattr(module, "__spec__", None), "_initializing", False):
+        kept = getattr(sys.modules.get(f"{package}._kiln.guard"), "import_error", None)
+        if isinstance(kept, BaseException):
+            return _first_line(kept)
+        return f"ImportError: the import of {package} did not complete"
+    try:
+        importlib.import_module(package)
+    except BaseException as exc:  # SystemExit or worse from a package's import is an answer, not an end
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        return _first_line(exc)
+    return None
+
+
 def local_answer(package: str, rank: int = 0, local_rank: int = 0) -> dict[str, Any]:
     """What this rank has. Never raises: whatever fails becomes part of the answer."""
     started = time.monotonic()
@@ -235,12 +256,7 @@ def local_answer(package: str, rank: int = 0, local_rank: int = 0) -> dict[str, 
             with contextlib.suppress(PackageNotFoundError, ValueError):
                 answer["version"] = version(str(answer["project"]))
         answer["build"], answer["build_from"] = build_identity(package, package_dir, answer["project"])
-        try:
-            importlib.import_module(package)
-        except BaseException as exc:  # SystemExit or worse from a package's import is an answer, not an end
-            if isinstance(exc, KeyboardInterrupt):
-                raise
-            answer["import_error"] = _first_line(exc)
+        answer["import_error"] = _import_error(package)
         ops = [str(op) for op in info.get("ops") or []]
         answer["ops"] = len(ops)
         if answer["import_error"] is None:
