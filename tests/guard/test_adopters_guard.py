@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import socket
 import zipfile
 from pathlib import Path
 
@@ -65,9 +66,9 @@ def test_the_wheel_carries_the_guard_verbatim(project: str, request: pytest.Fixt
         shipped = {n.split("/")[-1]: zf.read(n) for n in zf.namelist()
                    if n.startswith(f"{project}/_kiln/") and not n.endswith("/")}
         info = json.loads(zf.read(f"{project}/_build_info.json"))
-    with zipfile.ZipFile(kiln_tool.wheel) as zf:  # the guard of the kiln that built it (this checkout's tree)
-        carried = {n.split("/")[-1]: zf.read(n) for n in zf.namelist()
-                   if n.startswith("kiln_tool/guard/") and n.endswith(".py") and n.count("/") == 2}
+    # The guard of the installed kiln that built it (this checkout's tree when its wheel was made).
+    (template,) = kiln_tool.venv.glob("lib/python3*/site-packages/kiln_tool/guard")
+    carried = {p.name: p.read_bytes() for p in template.glob("*.py")}
     assert shipped == carried, "every .py of kiln_tool/guard, byte for byte, and nothing else"
     assert set(carried) == set(guard_files())
     assert record_problems(wheel) == []
@@ -153,3 +154,20 @@ def test_twinlibs_missing_library_is_named(wheel_venv, torch213_site: Path, twin
     assert "compiled library (twinlibs/_prefix_sum.*.so) is missing" in out
     rc, report = doctor(venv, "twinlibs", env)
     assert rc == 1 and report["verdict"] == "fail"
+
+
+def test_doctor_ranks_answers_also_where_the_import_fails(wheel_venv, torch213_site: Path, torch214_site: Path,
+                                                           ringops_cpu: Built) -> None:
+    """`python -m ringops._kiln doctor --ranks` (one process: rank 0 of 1) hands over to the distributed check
+    (docs/distributed-check.md), also when importing ringops fails: exit 0 where it works, 1 where it does not."""
+    for name, site, expected in (("ringops-on-torch2.13", torch213_site, 0),
+                                 ("ringops-on-torch2.14-cu130", torch214_site, 1)):
+        venv = wheel_venv(name, site, ringops_cpu.wheel("pt213cpu"))
+        with socket.socket() as sock:  # a free port for the lone rank's store
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+        proc = venv.run("-m", "ringops._kiln", "doctor", "--ranks", "--timeout", "60", env=env)
+        out = proc.stdout + proc.stderr
+        assert proc.returncode == expected, out
+        assert "ringops" in out and "Traceback" not in out
