@@ -17,7 +17,6 @@ Operators (all in the ``torch.ops.opkiln`` namespace, schemas in ops/<op>/bindin
 - ``roi_pool(input, rois, spatial_scale, pooled_height, pooled_width)``: torchvision's RoIPool
   kernel, returning ``(output, argmax)``; autograd here calls the internal
   ``_roi_pool_backward`` through argmax (differentiable in ``input``; no double backward).
-
 - ``ps_roi_align(input, rois, spatial_scale, pooled_height, pooled_width, sampling_ratio)`` and
   ``ps_roi_pool(input, rois, spatial_scale, pooled_height, pooled_width)``: torchvision's
   position-sensitive kernels, returning ``(output, channel_mapping)``; autograd here calls
