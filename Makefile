@@ -82,6 +82,7 @@ wheels: system-deps-build venv
 # The README's test command (and .ci/run's): the Debian packages the suite and the
 # container pipeline use, the suite, then the container pipeline itself.
 test: setup suite cibuildwheel release-rehearsal container-repro
+test: REPRO_AGAINST = $(wildcard wheelhouse/*+pt*cpu-*.whl)
 
 setup: system-deps dev-venv build-venvs
 
@@ -167,8 +168,12 @@ adopter-rehearsal: dev-venv kiln-wheel
 	$(KILN) -C $(ADOPTER) release-rehearsal --base $(CONTAINER_BASE) --kiln-wheel "$$wheel" \
 	  --wheels $(abspath build/adopter-wheelhouse) --work $(abspath build/adopter-rehearsal)
 
+# REPRO_AGAINST: wheels of an earlier kiln cibuildwheel of this same tree standing for the first build (make
+# test passes wheelhouse/'s CPU wheel: the regular build, ccache on, against one more with ccache off).
+REPRO_AGAINST ?=
 container-repro: dev-venv
-	$(KILN) cibuildwheel --base $(CONTAINER_BASE) --repro --variant cpu --out build/container-repro
+	$(KILN) cibuildwheel --base $(CONTAINER_BASE) --repro --variant cpu --out build/container-repro \
+	  $(foreach w,$(REPRO_AGAINST),--against $(w))
 
 compile-cost: dev-venv
 	$(KILN) cibuildwheel --base $(CONTAINER_BASE) --compile-cost --variant cu130 --out build/compile-cost

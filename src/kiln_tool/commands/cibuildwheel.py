@@ -72,6 +72,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     mode.add_argument("--install-build-requirements", action="store_true",
                       help="instead (before-build, in the build's Python): install what a build without isolation "
                       "needs: kiln's hash-locked toolchain, or the backend's [build-system] requires")
+    parser.add_argument("--against", type=Path, action="append", default=[], metavar="WHEEL",
+                        help="with --repro: a wheel an earlier kiln cibuildwheel of the same commit made, standing "
+                        "for the first build (only the second is built); repeatable")
     parser.add_argument("--kiln-wheel", type=Path, action="append", default=[], metavar="WHEEL",
                         help="a torch-kiln wheel the containers may install (before it is published); repeatable")
     parser.add_argument("--keep-engine", action="store_true",
@@ -174,6 +177,12 @@ def execute(args: argparse.Namespace) -> int:
         missing = [str(w) for w in args.kiln_wheel if not w.is_file() or not w.name.startswith("torch_kiln-")]
         if missing:
             raise ContainerError(f"--kiln-wheel {missing[0]}: not a torch-kiln wheel file")
+        if args.against and not args.repro:
+            raise ContainerError("--against goes with --repro")
+        strange = [str(w) for w in args.against if not w.is_file() or not w.name.endswith(".whl")
+                   or not w.name.startswith(f"{project.wheel_name}-")]
+        if strange:
+            raise ContainerError(f"--against {strange[0]}: not a wheel file of {project.name}")
         matrix = load_matrix(project.matrix_file)
         variants = args.variants or [s.cuda for s in matrix.local]
         arch = args.arch or host_arch()
@@ -251,6 +260,18 @@ def _build(engine: Any, base: Any, job: Any, pythons: tuple[str, ...], args: arg
             "phases": [{"identifier": i, "phase": p, "seconds": round(s, 1)} for i, p, s in run.phases]}
 
 
+def _made_by(wheel: Path, job: Any) -> bool:
+    """Whether `wheel` is one of `job`'s: a build identifier of the job (cp311-manylinux_x86_64) among its tags,
+    and the job's variant ending its version label (pt213cpu, cu130)."""
+    import re
+
+    from packaging.utils import parse_wheel_filename
+
+    _, version, _, tags = parse_wheel_filename(wheel.name)
+    identifiers = {f"{t.interpreter}-manylinux_{re.sub(r'^manylinux_[0-9]+_[0-9]+_', '', t.platform)}" for t in tags}
+    return bool(identifiers & set(job.identifiers)) and str(version.local or "").endswith(job.variant)
+
+
 def _measure(engine: Any, base: Any, plans: list[Any], args: argparse.Namespace, project: Any,
              links: tuple[Path, ...]) -> int:
     from kiln_tool.containers import measure
@@ -263,7 +284,8 @@ def _measure(engine: Any, base: Any, plans: list[Any], args: argparse.Namespace,
         print(f"kiln cibuildwheel: {'reproducibility' if args.repro else 'compile cost'} of {job.name} "
               f"({', '.join(pythons)}) on {base.describe()}; log {log}", flush=True)
         if args.repro:
-            result = measure.repro(engine, base, job, pythons, args.out, log, project, links)
+            mine = tuple(w.resolve() for w in args.against if _made_by(w, job))
+            result = measure.repro(engine, base, job, pythons, args.out, log, project, links, mine)
             for wheel in result["wheels"]:
                 verdict = "identical" if wheel["identical"] else f"DIFFERENT ({wheel.get('diffoscope')})"
                 print(f"kiln cibuildwheel: repro {wheel['name']}: two builds {verdict}")

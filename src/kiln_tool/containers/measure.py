@@ -35,21 +35,33 @@ CORE = "core"  # the compile-meter's scope of a compile that saw neither torch's
 
 
 def repro(engine: Engine, base: Base, job: MatrixJob, pythons: tuple[str, ...], out: Path,
-          log: Path, project: KilnProject, find_links: tuple[Path, ...] = ()) -> dict[str, Any]:
-    """Both builds from one export of the project's tree and one SOURCE_DATE_EPOCH: the same inputs."""
-    runs = []
+          log: Path, project: KilnProject, find_links: tuple[Path, ...] = (),
+          against: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """Both builds from one export of the project's tree and one SOURCE_DATE_EPOCH: the same inputs.
+    `against`: wheels an earlier run of the same commit made (kiln cibuildwheel: another export, ccache on,
+    its tests run), standing for the first build; only the second is built, ccache off."""
+    firsts: list[Path] = []
+    seconds: list[Path] = []
     epoch = source_date_epoch()
     with tempfile.TemporaryDirectory(dir=STATE_DIR, prefix="repro-project-") as tmp:
         export = export_tree(Path(tmp) / project.name, project.root)
         for attempt in (1, 2):
+            if attempt == 1 and against:
+                firsts = sorted(against)
+                continue
             folder = out / f"repro-{attempt}"
             if folder.exists():
                 shutil.rmtree(folder)
-            runs.append(run_cibuildwheel(engine, base, job, folder, project=project, log=log, skip_tests=True,
-                                         pythons=pythons, export=export, find_links=find_links,
-                                         extra_env={"CCACHE_DISABLE": "1", "SOURCE_DATE_EPOCH": epoch}))
-    result: dict[str, Any] = {"job": job.name, "identical": True, "wheels": []}
-    for first, second in zip(runs[0].wheels, runs[1].wheels, strict=True):
+            made = run_cibuildwheel(engine, base, job, folder, project=project, log=log, skip_tests=True,
+                                    pythons=pythons, export=export, find_links=find_links,
+                                    extra_env={"CCACHE_DISABLE": "1", "SOURCE_DATE_EPOCH": epoch}).wheels
+            (firsts if attempt == 1 else seconds).extend(sorted(made))
+    if [w.name for w in firsts] != [w.name for w in seconds]:
+        raise ContainerError(f"the rebuild made {[w.name for w in seconds]}, not {[w.name for w in firsts]}"
+                             + (" (--against: wheels of another job or commit?)" if against else ""))
+    result: dict[str, Any] = {"job": job.name, "identical": True, "wheels": [],
+                              "first_build": "the given wheels" if against else "built here"}
+    for first, second in zip(firsts, seconds, strict=True):
         same = first.name == second.name and first.read_bytes() == second.read_bytes()
         entry: dict[str, Any] = {"name": first.name, "identical": same}
         if not same:

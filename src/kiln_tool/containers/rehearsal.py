@@ -24,6 +24,7 @@ import hashlib
 import http.server
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -230,8 +231,11 @@ def _mismatch_problem(project: KilnProject, message: str, url: str, page: str, m
     """Why the guard's message for a mismatched install is not what a user needs, or None when it is."""
     flat = " ".join(message.split())
     wanted = [f"pip install {project.name}", url + page]
-    if "Traceback" in message and "Error" not in message.splitlines()[-1]:
-        return f"the import of {project.package} with {mismatch.wheel} ended in a traceback:\n{message[-2000:]}"
+    # The guard's own error (an ImportError subclass whose headline says the package cannot be imported), not a
+    # loader error or another exception.
+    if not re.search(rf"^[\w.]*Error: {re.escape(project.package)} cannot be imported", message, flags=re.M):
+        return (f"the import of {project.package} with {mismatch.wheel} beside this torch did not end in its "
+                f"import guard's error:\n{message[-2000:]}")
     missing = [w for w in wanted if w not in flat]
     if missing:
         return (f"the import guard's message for {mismatch.wheel} installed beside this page's torch does not "
