@@ -44,6 +44,9 @@ class ExportRule:
     why: str
 
 
+_HEADER_EXTENSIONS = frozenset({"h", "hh", "hpp", "hxx", "h++", "cuh", "inl", "inc", "ipp", "tcc", "tpp", "def"})
+
+
 @dataclass(frozen=True)
 class BuildPathRule:
     """What makes an absolute path a build-machine path (see common.json "$build_paths")."""
@@ -76,10 +79,23 @@ class BuildPathRule:
                      for pattern in self.roots)
         if not (source_file or build_tree or rooted):
             return None
-        if path.startswith(self.toolchain_prefixes) or not self.dependency_dirs.isdisjoint(parts[:-1]) or (
-                source_file and "include" in parts[:-1] and not build_tree and not rooted):
+        if path.startswith(self.toolchain_prefixes) or not self.dependency_dirs.isdisjoint(parts[:-1]):
+            return "toolchain"
+        if source_file and "include" in parts[:-1] and (
+                extension.lower() in _HEADER_EXTENSIONS or not (build_tree or rooted)):
+            # A header in an include tree: a dependency's, wherever its root lies (a fetched LLVM, a package
+            # cache under a home directory) -- unless the project's own sources sit beside that tree, which
+            # check_build_paths decides from every path it found (include_root).
             return "toolchain"
         return "source"
+
+    @staticmethod
+    def include_root(path: str) -> str | None:
+        """The directory holding a header's include tree (/x/proj for /x/proj/include/proj/a.h)."""
+        parts = path.split("/")
+        if "include" not in parts[:-1]:
+            return None
+        return "/".join(parts[:len(parts) - 1 - parts[:-1][::-1].index("include") - 1])
 
 
 @dataclass(frozen=True)

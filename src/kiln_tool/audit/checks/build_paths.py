@@ -16,6 +16,7 @@ import fnmatch
 import posixpath
 import re
 from dataclasses import replace
+from pathlib import PurePosixPath
 
 from elftools.common.exceptions import DWARFError
 from elftools.construct import ConstructError
@@ -31,6 +32,8 @@ _PATH_BYTES = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ01
 _ABSOLUTE_PATH = re.compile(rb"/[A-Za-z0-9._+~@-]+(?:/[A-Za-z0-9._+~@-]+)+")
 _CODE_SECTIONS = frozenset({".text", ".plt", ".plt.got", ".plt.sec", ".init", ".fini"})
 _MAX_SHOWN = 4
+_HEADER_SUFFIXES = frozenset({".h", ".hh", ".hpp", ".hxx", ".h++", ".cuh", ".inl", ".inc", ".ipp", ".tcc",
+                              ".tpp", ".def"})
 # What pyelftools raises on DWARF it cannot parse: its own errors, its struct library's, a failed internal
 # assert, and Python's own when a length or form points somewhere nonsensical.
 _MALFORMED_DWARF = (*CORRUPT_ELF_ERRORS, DWARFError, ConstructError, AssertionError, ValueError, AttributeError,
@@ -82,6 +85,7 @@ def check_build_paths(ctx: LibraryContext) -> list[CheckResult]:
             for offset, path, kind in find_build_paths(ctx.data, rule, window_start, window_end, owned_until):
                 found[kind].setdefault(path, set()).add(section_at(offset))
     dwarf_note = _dwarf_paths(ctx, rule, found)
+    _own_headers(rule, found)
     fatbin_data = ctx.lib.section_view(".nv_fatbin")
     if fatbin_data:
         try:
@@ -118,6 +122,19 @@ def check_build_paths(ctx: LibraryContext) -> list[CheckResult]:
     if notes and results:
         results = [replace(r, detail=f"{r.detail} ({'; '.join(notes)})") for r in results]
     return results or [passed("build-paths", "no build-machine paths" + (f" ({'; '.join(notes)})" if notes else ""))]
+
+
+def _own_headers(rule: BuildPathRule, found: dict[str, dict[str, set[str]]]) -> None:
+    """Headers of an include tree are a dependency's (toolchain) unless the project's own sources lie beside that
+    tree: a found source path under the include tree's root is the evidence that it is the project's."""
+    sources = [p for p in found["source"] if PurePosixPath(p).suffix.lower() not in _HEADER_SUFFIXES]
+    for path in list(found["toolchain"]):
+        root = rule.include_root(path)
+        if root is None or path.startswith(rule.toolchain_prefixes) or not rule.dependency_dirs.isdisjoint(
+                path.split("/")[:-1]):
+            continue
+        if any(s.startswith(root + "/") for s in sources):
+            found["source"].setdefault(path, set()).update(found["toolchain"].pop(path))
 
 
 def _prebuilt_note(paths: dict[str, set[str]]) -> str:
