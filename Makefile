@@ -80,8 +80,9 @@ wheels: system-deps-build venv
 	$(KILN) wheels $(if $(MATRIX),--matrix $(MATRIX),--variant $(VARIANT))
 
 # The README's test command (and .ci/run's): the Debian packages the suite and the
-# container pipeline use, the suite, then the container pipeline itself.
-test: setup suite cibuildwheel release-rehearsal container-repro
+# container pipeline use, the suite, then the container pipeline itself: opkiln's, then the same
+# for ringops (a project adopting kiln), then the reproducibility of the container build.
+test: setup suite cibuildwheel release-rehearsal adopter-rehearsal container-repro
 test: REPRO_AGAINST = $(wildcard wheelhouse/*+pt*cpu-*.whl)
 
 setup: system-deps dev-venv build-venvs
