@@ -13,6 +13,10 @@ from ..resolve import Location, Opened
 from ..torch_abi import RecordedLibrary
 
 _TORCH_LIBS = re.compile(r"^lib(torch|c10|caffe2|shm)[a-z0-9_]*\.so")
+# The CUDA runtime a CUDA torch loads from its nvidia-* wheels (libtorch_cuda.so's NEEDED): with no torch of the
+# wheel's processor installed or recorded, whether that torch brings them is unknown, not missing.
+_TORCH_RUNTIME = re.compile(r"^lib(cudart|cublas|cublasLt|cudnn\w*|nccl|nvrtc\w*|cufft\w*|curand|cusparse\w*|"
+                            r"cusolver\w*|nvJitLink|cupti|nvToolsExt|nvshmem\w*|cufile\w*)\.so")
 _VERSION_RE = re.compile(r"^([A-Z]+)_(.+)$")
 _GLIBC_LIBS = re.compile(r"^(libc|libm|libpthread|libdl|librt|libutil|libanl|libresolv|libnsl)\.so\.\d+$")
 _MAX_SHOWN = 8
@@ -86,13 +90,15 @@ def check_undefined_symbols(ctx: LibraryContext) -> list[CheckResult]:
             "ctypes.CDLL or torch.ops.load_library of it first); loading this library on its own fails.",
             "add an $ORIGIN-relative RUNPATH to the directory of the needed library (CMake INSTALL_RPATH, "
             "patchelf --set-rpath), so it loads in any order.", "preload"))
-    torch_missing = [n for n in missing_libs if _TORCH_LIBS.match(n)]
     arch = ctx.artifact.arch
     foreign = arch != resolver.host
+    torch_missing = [n for n in missing_libs if _TORCH_LIBS.match(n) or (
+        foreign and ctx.artifact.torch is None and _TORCH_RUNTIME.match(n))]
     if ctx.artifact.torch is None and torch_missing and foreign:
         # Another processor's torch cannot be installed here; without its record nothing can be checked.
         extra.append(failed(
-            "undefined-symbols", f"{ctx.member} needs {', '.join(torch_missing)} of a torch for {arch}, which is "
+            "undefined-symbols", f"{ctx.member} needs {', '.join(torch_missing)} of a torch for {arch} (and the "
+            f"CUDA runtime such a torch loads), which is "
             f"neither installed on this {resolver.host} host nor recorded for {arch}: {ctx.artifact.torch_problem}. "
             "Its torch symbols were not checked (not failed: a torch of another processor is never a target).",
             f"record that torch's {arch} wheel: `scripts/kiln torch-abi --for-wheels WHEEL` downloads and records "
