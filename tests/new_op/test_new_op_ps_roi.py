@@ -51,6 +51,8 @@ def test_a_ps_roi_op_is_its_per_bin_math(tmp_path: Path, sampling_ratio: bool) -
     (wrapper,) = [n for n in ast.parse(ops_py).body if isinstance(n, ast.FunctionDef) and n.name == "ps_demo"]
     assert ast.unparse(wrapper.args) == ("input: Tensor, boxes: Tensor, output_size: int, spatial_scale: float=1.0"
                                          + (", sampling_ratio: int=-1" if sampling_ratio else ""))
+    if not sampling_ratio:
+        return  # one compile of a scaffolded op is enough (it costs seconds)
     compiled = subprocess.run(["g++", "-std=c++20", "-fsyntax-only", "-Wall", "-Werror", f"-I{root / 'ops'}",
                                str(folder / "ps_demo_cpu.cpp")], capture_output=True, text=True, check=False)
     assert compiled.returncode == 0, compiled.stderr
