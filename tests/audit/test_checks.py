@@ -257,7 +257,8 @@ def test_wheel_tag_torch_pin_and_floor(corpus: Corpus, tmp_path: Path) -> None:
 
 def test_floor_is_unknown_without_a_torch(corpus: Corpus, tmp_path: Path) -> None:
     module = {f"kilntest/clean{PY_SUFFIX}": corpus[f"clean{PY_SUFFIX}"].read_bytes()}
-    wheel = make_wheel(tmp_path, module, tag="cp311-cp311-manylinux_2_17_x86_64")
+    # Torch is required (so its floor applies) but neither installed nor recorded.
+    wheel = make_wheel(tmp_path, module, tag="cp311-cp311-manylinux_2_17_x86_64", requires=("torch==9.9.0",))
     results = audit_paths([wheel], AuditOptions(policy="manylinux_2_34")).artifacts[0].checks
     unknown = next(c for c in results if c.finding == "floor-unknown")
     assert unknown.is_warning and "the platform floor (torch's own manylinux tag) is unknown" in unknown.detail

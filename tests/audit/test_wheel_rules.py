@@ -280,12 +280,15 @@ def test_a_right_wheel_says_what_agrees_and_notes_a_tag_without_a_manylinux_clai
     check = _check(wheel, "wheel-tag")
     assert check.ok
     assert check.detail == ("tags and binaries agree; not checked: local version and CUDA"
-                            " variant against the build (the wheel has no kiln build info) (platform tag "
-                            "linux_x86_64 makes no manylinux claim (`kiln repair` assigns one))")
+                            " variant against the build (the wheel has no kiln build info) (no torch is required or "
+                            "linked: torch's platform floor does not apply; platform tag linux_x86_64 makes no "
+                            "manylinux claim (`kiln repair` assigns one))")
     (other := tmp_path / "many").mkdir()
     claimed = make_wheel(other, FILES, tag="py3-none-manylinux_2_28_x86_64")
     assert _check(claimed, "wheel-tag").detail == ("tags and binaries agree; not checked: local version and CUDA"
-                                                   " variant against the build (the wheel has no kiln build info)")
+                                                   " variant against the build (the wheel has no kiln build info) "
+                                                   "(no torch is required or linked: torch's platform floor does "
+                                                   "not apply)")
 
 
 @pytest.fixture
@@ -522,17 +525,25 @@ def test_a_tag_below_torchs_own_floor_is_a_warning_with_its_fix(tmp_path: Path) 
     assert not [c for c in _wheel_checks(wheel, AuditOptions(torch_version="2.14.1+cu130")) if c.finding]
 
 
-def test_without_a_torch_the_floor_is_unknown_and_said_so(tmp_path: Path) -> None:
-    wheel = make_wheel(tmp_path, FILES, tag="py3-none-manylinux_2_17_x86_64.linux_x86_64")
+def test_without_a_torch_the_floor_is_unknown_and_said_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kiln_tool.audit import target as target_module
+
+    monkeypatch.setattr(target_module, "candidate_lib_dirs", lambda: [])
+    wheel = make_wheel(tmp_path, FILES, tag="py3-none-manylinux_2_17_x86_64.linux_x86_64", requires=("torch==9.9.0",))
     (unknown,) = [c for c in _wheel_checks(wheel) if c.finding == "floor-unknown"]
-    assert unknown.detail == (
-        f"{wheel.name}: the platform floor (torch's own manylinux tag) is unknown: no target torch (no --torch-lib, "
-        "no build info and no torch requirement; pass --torch-lib DIR); the tags "
-        "manylinux_2_17_x86_64.linux_x86_64 were not compared with it.")
+    assert unknown.detail.startswith(
+        f"{wheel.name}: the platform floor (torch's own manylinux tag) is unknown: no target torch (torch==9.9.0 "
+        "(from METADATA) is neither installed here (none) nor recorded in data/torch_abi")
+    assert unknown.detail.endswith("; pass --torch-lib DIR); the tags manylinux_2_17_x86_64.linux_x86_64 were not "
+                                   "compared with it.")
     assert unknown.fix == "audit where the target torch is installed (--torch-lib DIR) or recorded (data/torch_abi)."
     # No manylinux claim at all: nothing to compare, nothing said.
     (plain := tmp_path / "plain").mkdir()
-    wheel = make_wheel(plain, FILES, tag="py3-none-linux_x86_64")
+    wheel = make_wheel(plain, FILES, tag="py3-none-linux_x86_64", requires=("torch==9.9.0",))
+    assert not [c for c in _wheel_checks(wheel) if c.finding]
+    # No torch at all (neither required nor linked): torch's floor does not apply, nothing unknown is said.
+    (none := tmp_path / "none").mkdir()
+    wheel = make_wheel(none, FILES, tag="py3-none-manylinux_2_17_x86_64")
     assert not [c for c in _wheel_checks(wheel) if c.finding]
 
 
@@ -642,6 +653,6 @@ def test_every_tag_without_a_manylinux_claim_is_noted(tmp_path: Path) -> None:
     wheel = make_wheel(tmp_path, FILES, tag="py3-none-linux_x86_64.linux_i686")
     assert _check(wheel, "wheel-tag").detail == (
         "tags and binaries agree; not checked: local version and CUDA"
-        " variant against the build (the wheel has no kiln build info) (platform tag linux_x86_64 makes no "
-        "manylinux claim (`kiln repair` assigns one); platform tag linux_i686 makes no manylinux claim (`kiln "
-        "repair` assigns one))")
+        " variant against the build (the wheel has no kiln build info) (no torch is required or linked: torch's "
+        "platform floor does not apply; platform tag linux_x86_64 makes no manylinux claim (`kiln repair` assigns "
+        "one); platform tag linux_i686 makes no manylinux claim (`kiln repair` assigns one))")
