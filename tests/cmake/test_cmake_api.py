@@ -200,11 +200,14 @@ def test_a_wrong_call_stops_the_configure_step_with_one_message(tmp_path: Path, 
 
 
 @pytest.mark.skipif(shutil.which("ccache") is None, reason="ccache is needed (make setup installs it)")
-def test_paths_stay_mapped_through_ccache_with_a_base_dir(tmp_path: Path) -> None:
+@pytest.mark.parametrize("build_folder", ["inside", "outside"])
+def test_paths_stay_mapped_through_ccache_with_a_base_dir(tmp_path: Path, build_folder: str) -> None:
     """kiln wheels compiles through ccache with CCACHE_BASEDIR = the project's folder, which also holds the build
     folder and the build venvs (.venvs/): ccache then hands the compiler every path below it relative to the
-    build folder (../../csrc, ../../.venvs/.../torch/include). Those spellings are mapped too: no __FILE__
-    names where the build happened, only tinyops/ and torch/."""
+    build folder (../../csrc, ../../.venvs/.../torch/include). Outside: scikit-build-core's default build folder
+    is a temporary one elsewhere, and the manylinux image's CCACHE_BASEDIR (/project) holds both, so the project
+    is ../../../tinyops to the compiler. Every spelling is mapped: no __FILE__ names where the build happened,
+    only tinyops/ and torch/."""
     if not TORCH_PYTHON.exists():
         pytest.skip(f"{TORCH_VENV} is missing: scripts/kiln venv --build cpu (or make setup)")
     # The layout kiln wheels builds in: the project, its build folder and its torch under one base dir
@@ -215,9 +218,11 @@ def test_paths_stay_mapped_through_ccache_with_a_base_dir(tmp_path: Path) -> Non
     shutil.copytree(PROJECT, source)
     (source / ".venvs").mkdir()
     (source / ".venvs" / "torch").symlink_to(TORCH_VENV, target_is_directory=True)
-    build, site = source / "build" / "cpu", base / "site"
+    build = source / "build" / "cpu" if build_folder == "inside" else base / "tmp" / "scikit-build" / "build"
+    site = base / "site"
     cmake = _cmake()
-    env = {**_env(cmake), "CCACHE_BASEDIR": str(source), "CCACHE_NOHASHDIR": "1", "CCACHE_RECACHE": "1"}
+    basedir = source if build_folder == "inside" else base
+    env = {**_env(cmake), "CCACHE_BASEDIR": str(basedir), "CCACHE_NOHASHDIR": "1", "CCACHE_RECACHE": "1"}
     try:
         steps = [[str(cmake), "-S", str(source), "-B", str(build), "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release",
                   f"-DPython_EXECUTABLE={source / '.venvs' / 'torch' / 'bin' / 'python'}",

@@ -92,11 +92,14 @@ function(kiln_harden_compile target)
     CUDA_VISIBILITY_PRESET hidden
     VISIBILITY_INLINES_HIDDEN ON)
   # Both spellings of the project's tree: ccache with CCACHE_BASEDIR hands the compiler paths relative to the
-  # build folder (../../ops/...). PREFIX_MAPS come after: the last match wins, and torch may lie inside.
+  # build folder: ../../ops/... when the build folder lies inside the project (build-dir = "build/..."), and
+  # ../../../project/csrc/... when it lies elsewhere (scikit-build-core's default, a temporary folder; the
+  # manylinux image's CCACHE_BASEDIR=/project). PREFIX_MAPS come after: the last match wins, and torch may
+  # lie inside.
   file(RELATIVE_PATH project_relative "${CMAKE_BINARY_DIR}" "${KILN_PROJECT_DIR}")
   string(REGEX REPLACE "/+$" "" project_relative "${project_relative}")  # CMake 4 writes an ancestor as ../../
   set(host_maps "-ffile-prefix-map=${KILN_PROJECT_DIR}/=${KILN_PACKAGE}/")
-  if(project_relative MATCHES "^\\.\\.(/\\.\\.)*$")
+  if(project_relative MATCHES "^\\.\\.(/|$)")
     list(APPEND host_maps "-ffile-prefix-map=${project_relative}/=${KILN_PACKAGE}/")
   endif()
   list(APPEND host_maps ${arg_PREFIX_MAPS})
