@@ -112,7 +112,11 @@ def install_samples(where: Path) -> dict[str, str]:
 
 def project_samples(project: KilnProject) -> dict[str, str] | None:
     """The project's install samples, or None when its [tool.kiln] names none."""
-    return None if project.install_samples is None else install_samples(project.install_samples)
+    if project.install_samples is None:
+        return None
+    if not project.install_samples.exists():
+        raise SamplesError(f"tool.kiln.install-samples: {project.install_samples} does not exist")
+    return install_samples(project.install_samples)
 
 
 def exercise_args(project: KilnProject) -> list[str]:

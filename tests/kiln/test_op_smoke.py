@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kiln_tool.op_smoke import EXERCISE, SamplesError, install_samples
+from kiln_tool.op_smoke import EXERCISE, SamplesError, install_samples, project_samples
 from kiln_tool.project import ProjectError, load_project
 
 NAMES = st.from_regex(r"[a-z_][a-z0-9_]{0,12}", fullmatch=True)
@@ -50,13 +50,17 @@ def test_a_file_that_is_not_samples_is_one_error(tmp_path: Path, text: str, mess
     assert error.value.exit_code == 2 and "\n" not in str(error.value).strip()
 
 
-def test_the_samples_path_must_lie_inside_the_project_and_exist(tmp_path: Path) -> None:
+def test_the_samples_path_must_lie_inside_the_project_and_exist_where_it_is_used(tmp_path: Path) -> None:
     base = '[project]\nname = "ringops"\n[build-system]\nbuild-backend = "setuptools.build_meta"\n[tool.kiln]\n'
     for value, message in (("../elsewhere", "not a relative path inside the project"),
-                           ("a/../../b", "lies outside the project"), ("tests/none", "no such file or folder")):
+                           ("a/../../b", "lies outside the project")):
         (tmp_path / "pyproject.toml").write_text(base + f'install-samples = "{value}"\n')
         with pytest.raises(ProjectError, match=message):
             load_project(tmp_path)
+    # A checkout without the tests (a release job's) reads the table; the smoke names the missing path.
+    (tmp_path / "pyproject.toml").write_text(base + 'install-samples = "tests/none"\n')
+    with pytest.raises(SamplesError, match="does not exist"):
+        project_samples(load_project(tmp_path))
     (tmp_path / "tests").mkdir()
     (tmp_path / "pyproject.toml").write_text(base + 'install-samples = "tests"\n')
     assert load_project(tmp_path).install_samples == tmp_path / "tests"

@@ -78,10 +78,25 @@ def _without_directory_entries(wheel: Path, directory: Path) -> Path:
     return out
 
 
+RELEASE_STEP = 'kiln -C "$PROJECT_DIR" release'
+
+
 def _release_step(fragment: str) -> str:
-    matches = [s.get("run", "") for wf, _, s in steps() if wf == "release.yml" and fragment in s.get("run", "")]
-    assert len(matches) == 1, f"release.yml has {len(matches)} steps running {fragment!r}"
+    """The step of kiln.yml's index job (the reusable workflow release.yml calls) that runs `fragment`."""
+    matches = [s.get("run", "") for wf, job, s in steps()
+               if wf == "kiln.yml" and job == "index" and fragment in s.get("run", "")]
+    assert len(matches) == 1, f"kiln.yml's index job has {len(matches)} steps running {fragment!r}"
     return str(matches[0])
+
+
+def _step_env(workspace: Path, bin_dir: Path) -> dict[str, str]:
+    """What the index job gives its step: release.yml's inputs (the project at the root, data/storage.json),
+    the runner's temp folder (here the workspace: dist/ in, site/ out), and `kiln` on PATH (this tree's)."""
+    shim = bin_dir / "kiln"
+    if not shim.exists():
+        shim.write_text(f"#!/bin/sh\nexec {sys.executable} {REPO / 'scripts' / 'kiln'} \"$@\"\n")
+        shim.chmod(0o755)
+    return {"PROJECT_DIR": str(workspace), "STORAGE": "data/storage.json", "RUNNER_TEMP": str(workspace)}
 
 
 def _bash(script: str, cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
@@ -154,12 +169,12 @@ def _no_fake_gh_leaks(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _release(workspace: Path, url: str, earlier: int, bin_dir: Path, **env: str) -> subprocess.CompletedProcess[str]:
     """release.yml's index job step, as written, with the stand-in `gh` answering for GitHub."""
-    script = _release_step("scripts/kiln release")
+    script = _release_step(RELEASE_STEP)
     path = f"{bin_dir}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
     return subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=workspace, capture_output=True, text=True,
-                          env={**os.environ, **STANDIN, "PATH": path, "GITHUB_REPOSITORY": "opkiln/opkiln",
-                               "TAG": "v0.1.0", "FAKE_PAGES_URL": url, "FAKE_EARLIER_RELEASES": str(earlier),
-                               **env})
+                          env={**os.environ, **STANDIN, **_step_env(workspace, bin_dir), "PATH": path,
+                               "GITHUB_REPOSITORY": "opkiln/opkiln", "TAG": "v0.1.0", "FAKE_PAGES_URL": url,
+                               "FAKE_EARLIER_RELEASES": str(earlier), **env})
 
 
 def _assets(tag: str) -> dict[str, bytes]:
@@ -234,10 +249,10 @@ def test_release_merges_onto_what_is_published(repaired_wheel: Path, serve: obje
     # A wheel above the release floor never reaches the fetch: the audit stops the release first.
     fourth = _workspace(tmp_path / "fourth", [newer])
     path = f"{bin_dir}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
-    script = _release_step("scripts/kiln release")
+    script = _release_step(RELEASE_STEP)
     env = {k: v for k, v in os.environ.items() if k != "KILN_STANDIN_MANYLINUX"}
     above = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=fourth, capture_output=True, text=True,
-                           env={**env, "PATH": path, "GITHUB_REPOSITORY": "opkiln/opkiln", "TAG": "v9.9.9",
+                           env={**env, **_step_env(fourth, bin_dir), "PATH": path, "GITHUB_REPOSITORY": "opkiln/opkiln", "TAG": "v9.9.9",
                                 "FAKE_PAGES_URL": served, "FAKE_EARLIER_RELEASES": "2"})
     assert above.returncode == 1, above.stdout + above.stderr
     assert "release floor manylinux_2_28" in " ".join(above.stdout.split())

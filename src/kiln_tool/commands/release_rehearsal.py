@@ -55,6 +55,18 @@ def execute(args: argparse.Namespace) -> int:
     if missing:
         print(f"kiln release-rehearsal: --kiln-wheel {missing[0]}: not a torch-kiln wheel file", file=sys.stderr)
         return 2
+    from kiln_tool.op_smoke import SamplesError, project_samples
+    from kiln_tool.project import ProjectError, current_project
+
+    try:
+        project_samples(current_project())  # read before anything is built: a bad samples file is exit 2 now
+    except ProjectError as exc:
+        for problem in exc.problems:
+            print(f"kiln release-rehearsal: {problem}", file=sys.stderr)
+        return 2
+    except SamplesError as exc:
+        print(f"kiln release-rehearsal: {exc}", file=sys.stderr)
+        return 2
     uv = _uv()
     if uv is None:
         print("kiln release-rehearsal: no uv here (requirements/test.txt pins it: make dev-venv)", file=sys.stderr)
