@@ -86,7 +86,7 @@ def snapshot_dist(dist: Path, into: Path) -> dict[str, str]:
     torch ABIs, the release audit, staging, upload, listing) reads these copies: a wheel that lands in DIST
     later, or a file changed after, is not published. Returns name -> sha256."""
     from .index import IndexInputError
-    from .index.publish import _unusable, list_dist, open_regular
+    from .index.publish import list_dist, open_regular, unusable_dist
     from .safezip import UnsafeArchiveError, check_archive
 
     try:
@@ -94,7 +94,7 @@ def snapshot_dist(dist: Path, into: Path) -> dict[str, str]:
     except IndexInputError as exc:
         raise ReleaseError("input", str(exc), 2) from None
     if problems:
-        raise ReleaseError("input", str(_unusable(dist, problems)), 2)
+        raise ReleaseError("input", str(unusable_dist(dist, problems)), 2)
     if not paths:
         raise ReleaseError("input", f"{dist} holds no wheel", 2)
     hashes: dict[str, str] = {}
@@ -118,7 +118,7 @@ def snapshot_dist(dist: Path, into: Path) -> dict[str, str]:
                     out.write(chunk)
             hashes[path.name] = digest.hexdigest()
     if problems:
-        raise ReleaseError("input", str(_unusable(dist, problems)), 2)
+        raise ReleaseError("input", str(unusable_dist(dist, problems)), 2)
     return hashes
 
 

@@ -33,7 +33,7 @@ from urllib.parse import unquote
 
 from .errors import IndexInputError
 from .http_fetch import FetchFailure, http_get
-from .manifest import Manifest, _unique_keys, parse_manifest
+from .manifest import Manifest, parse_manifest, unique_keys
 
 MANIFEST = "kiln-index.json"
 WHEEL_DIR = "wheels"
@@ -56,7 +56,7 @@ class ManifestError(FetchError):
     exit_code = 2
 
 
-def _fail(exc: FetchFailure) -> FetchError:
+def fetch_error(exc: FetchFailure) -> FetchError:
     error = FetchError(str(exc))
     error.exit_code = exc.exit_code
     return error
@@ -70,7 +70,7 @@ def read_manifest(raw: bytes, where: str) -> Manifest:
     except IndexInputError as exc:
         strict = str(exc)
     try:  # a document that is JSON but no kiln manifest: name its first broken entry, where it has one
-        _wheel_entries(json.loads(raw.decode("utf-8"), object_pairs_hook=_unique_keys))
+        _wheel_entries(json.loads(raw.decode("utf-8"), object_pairs_hook=unique_keys))
     except ManifestError as exc:
         raise ManifestError(f"{where}: {exc}") from None
     except (ValueError, RecursionError):
@@ -139,7 +139,7 @@ def published_manifest(base_url: str, deadline_s: float | None = None) -> bytes 
         answer = http_get(where, max_bytes=MAX_MANIFEST_BYTES, deadline_s=DEADLINE_S if deadline_s is None
                           else deadline_s, what="the published manifest", ok_status=frozenset({404}))
     except FetchFailure as exc:
-        raise _fail(exc) from None
+        raise fetch_error(exc) from None
     return None if answer.status == 404 else answer.body
 
 
@@ -172,7 +172,7 @@ def fetch_site(base_url: str, out: Path, *, allow_missing: bool = False, stats: 
             check_against_live(manifest, live_listing(base, {w.project for w in manifest.wheels.values()},
                                                       deadline_s), where)
     except FetchFailure as exc:
-        raise _fail(exc) from None
+        raise fetch_error(exc) from None
     entries = sorted(manifest.wheels.values(), key=lambda w: w.filename)
     stats["listed"] = len(entries)
     stats["stored"] = sum(1 for entry in entries if entry.url is not None)
@@ -192,7 +192,7 @@ def fetch_site(base_url: str, out: Path, *, allow_missing: bool = False, stats: 
             except FetchFailure as exc:
                 if exc.status == 404:
                     raise FetchError(f"{url}: HTTP 404; the published site does not match its manifest") from None
-                raise _fail(exc) from None
+                raise fetch_error(exc) from None
             if want_size is not None and len(data) != want_size:
                 raise FetchError(f"{url}: {len(data)} bytes, the manifest says {want_size}")
             stats["bytes"] += len(data)

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from .errors import IndexConflictError
-from .fetch import DEADLINE_S, FetchError, _fail
+from .fetch import DEADLINE_S, FetchError, fetch_error
 from .http_fetch import FetchFailure, http_get
 from .manifest import load_manifest
 from .storage import GitHubReleaseStorage, Storage
@@ -42,7 +42,7 @@ def check_names_free(storage: Storage | None, hashes: Mapping[str, str], site: P
                 answer = http_get(url, max_bytes=1 << 34, deadline_s=deadline_s, what="a published name",
                                   ok_status=frozenset({404}))
             except FetchFailure as exc:
-                raise _as_index_error(_fail(exc)) from None
+                raise _as_index_error(fetch_error(exc)) from None
             if answer.status == 200 and hashlib.sha256(answer.body).hexdigest() != digest:
                 clashes.append(f"{name}: the live site already serves {url} with other bytes")
     elif isinstance(storage, GitHubReleaseStorage):

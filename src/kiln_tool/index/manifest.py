@@ -254,7 +254,7 @@ class _DuplicateKeyError(ValueError):
     pass
 
 
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     doc = dict(pairs)
     if len(doc) != len(pairs):
         seen: set[str] = set()
@@ -284,7 +284,7 @@ def parse_manifest(raw: bytes, where: str) -> Manifest:
 
 def _parse_manifest(raw: bytes, where: str) -> Manifest:
     try:
-        doc = json.loads(raw.decode("utf-8"), object_pairs_hook=_unique_keys)
+        doc = json.loads(raw.decode("utf-8"), object_pairs_hook=unique_keys)
     except _DuplicateKeyError as exc:
         raise IndexInputError(f"{where}: the key {str(exc)[:100]!r} appears twice in one object (readers disagree "
                               "on which one counts); refusing to merge") from None

@@ -157,7 +157,7 @@ def open_regular(path: Path | str) -> int:
     return fd
 
 
-def _unusable(dist: Path, problems: list[str]) -> IndexInputError:
+def unusable_dist(dist: Path, problems: list[str]) -> IndexInputError:
     return IndexInputError(f"{len(problems)} unusable file(s) in {dist}:\n  " + "\n  ".join(problems))
 
 
@@ -615,7 +615,7 @@ def _stage_new(dist: Path, paths: list[tuple[Path, ParsedName]], out: Path, mani
     finally:
         writer.finish()
     if problems:
-        raise _unusable(dist, problems)
+        raise unusable_dist(dist, problems)
     if clashes:
         raise IndexConflictError(
             "refusing to publish: a published wheel is never replaced (bump the version instead):\n  "
