@@ -91,16 +91,17 @@ class PublishedWheel:
         }
 
     @classmethod
-    def from_json(cls, data: dict[str, Any], where: str) -> PublishedWheel:
+    def from_json(cls, data: dict[str, Any], where: str, served: tuple[str, str] | None = None) -> PublishedWheel:
         """An entry that passed the schema; its meaning is checked here (IndexInputError when wrong), by the
-        very rules a new wheel is held to (kiln_tool.kiln_wheel): what kiln writes, it reads back."""
+        very rules a new wheel is held to (kiln_tool.kiln_wheel): what kiln writes, it reads back. ``served``:
+        (project, package) of the site, when the caller has it (default: the project kiln serves)."""
         filename = data["filename"]
 
         def bad(reason: str) -> IndexInputError:
             return IndexInputError(f"{where}: malformed entry for {filename!r}: {reason}")
 
         try:
-            name = kiln_wheel.check_name(filename)
+            name = kiln_wheel.check_name(filename, *(served or (None, None)))
             if data["requires_python"] is not None:
                 kiln_wheel.check_requires_python(data["requires_python"])
             if data["torch_requirement"] is None:
@@ -305,8 +306,9 @@ def _parse_manifest(raw: bytes, where: str) -> Manifest:
             raise IndexInputError(f"{where}: base_url: {exc}; refusing to merge") from None
     wheels: dict[str, PublishedWheel] = {}
     identities = Identities()
+    served = kiln_wheel.served()  # once: thousands of entries, one project
     for entry in doc["wheels"]:
-        wheel = PublishedWheel.from_json(entry, where)
+        wheel = PublishedWheel.from_json(entry, where, served)
         if wheel.filename in wheels:
             raise IndexInputError(f"{where}: {wheel.filename} listed twice")
         twin = identities.equivalent(wheel.filename)
