@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..epoch import source_date_epoch
 from ..matrix_data import MatrixJob
-from .cibw import HOST_MOUNT, export_tree, run_cibuildwheel
+from .cibw import HOST_MOUNT, export_tree, git_head, run_cibuildwheel
 from .engine import STATE_DIR, ContainerError, Engine
 from .images import Base
 
@@ -48,6 +48,7 @@ def repro(engine: Engine, base: Base, job: MatrixJob, pythons: tuple[str, ...], 
         for attempt in (1, 2):
             if attempt == 1 and against:
                 firsts = sorted(against)
+                _same_commit(firsts, project)
                 continue
             folder = out / f"repro-{attempt}"
             if folder.exists():
@@ -76,6 +77,24 @@ def repro(engine: Engine, base: Base, job: MatrixJob, pythons: tuple[str, ...], 
                 entry["diffoscope"] = "diffoscope is not installed (scripts/ci/system-deps.sh installs it)"
         result["wheels"].append(entry)
     return result
+
+
+def _same_commit(wheels: list[Path], project: KilnProject) -> None:
+    """--against wheels must be builds of the commit the tree is at (their build info says which)."""
+    import json
+    import zipfile
+
+    head = git_head(project.root)
+    for wheel in wheels:
+        try:
+            with zipfile.ZipFile(wheel) as archive:
+                info = json.loads(archive.read(f"{project.package}/_build_info.json"))
+        except (OSError, KeyError, ValueError, zipfile.BadZipFile) as exc:
+            raise ContainerError(f"--against {wheel.name}: no readable {project.package}/_build_info.json "
+                                 f"({exc})") from None
+        if info.get("git_commit") != head:
+            raise ContainerError(f"--against {wheel.name} was built from commit {info.get('git_commit')}, the tree is "
+                                 f"at {head}: build it again (make cibuildwheel) or leave --against out")
 
 
 @dataclass
