@@ -252,7 +252,8 @@ def test_release_merges_onto_what_is_published(repaired_wheel: Path, serve: obje
     script = _release_step(RELEASE_STEP)
     env = {k: v for k, v in os.environ.items() if k != "KILN_STANDIN_MANYLINUX"}
     above = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=fourth, capture_output=True, text=True,
-                           env={**env, **_step_env(fourth, bin_dir), "PATH": path, "GITHUB_REPOSITORY": "opkiln/opkiln", "TAG": "v9.9.9",
+                           env={**env, **_step_env(fourth, bin_dir), "PATH": path,
+                                "GITHUB_REPOSITORY": "opkiln/opkiln", "TAG": "v9.9.9",
                                 "FAKE_PAGES_URL": served, "FAKE_EARLIER_RELEASES": "2"})
     assert above.returncode == 1, above.stdout + above.stderr
     assert "release floor manylinux_2_28" in " ".join(above.stdout.split())
