@@ -14,6 +14,14 @@ from pathlib import Path
 
 import pytest
 
+from adopters.fixtures import (  # noqa: F401 - the adopters' session fixtures, shared by every test folder
+    kiln_tool,
+    ringops_clone,
+    ringops_cpu,
+    ringops_cu130,
+    twinlibs_clone,
+    twinlibs_cpu,
+)
 from kiln_tool.matrix_data import local_builds
 from kiln_tool.pipeline import build_wheel
 from support.venvs import CU130_VENV, make_venv, skip_without_cu130

@@ -6,7 +6,8 @@ project of tests/adopters/projects/ is copied into a temporary folder and commit
 stand-in: its SOURCE_DATE_EPOCH and commit are its own); then that venv's `kiln -C <project> ...` builds it
 the way README.md's "Adopting kiln in your op library" tells a maintainer to.
 
-The builds are shared: one `kiln wheels` per project and variant per session. How long each step took, and
+The builds are shared: one `kiln wheels` per project and variant per session (the fixtures are in
+tests/adopters/fixtures.py, imported by tests/conftest.py for the whole suite). How long each step took, and
 the line counts of each project's `[tool.kiln]` and CMakeLists.txt, are printed at the end of the run and
 written to tests/_artifacts/adopters/timings.json.
 """
@@ -15,56 +16,10 @@ from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
 
 import pytest
 
-from adopters.adopting import (
-    ARTIFACTS,
-    TIMINGS,
-    Built,
-    KilnTool,
-    clone_project,
-    config_line_counts,
-    install_tool,
-    kiln_wheels,
-    timed,
-)
-
-
-@pytest.fixture(scope="session")
-def kiln_tool(tmp_path_factory: pytest.TempPathFactory) -> KilnTool:
-    from support.kiln_dist import kiln_wheel  # builds dist/kiln/ (make kiln-wheel) when it holds no wheel
-
-    with timed("tool: the torch-kiln wheel (dist/kiln/, built if missing)"):
-        wheel = kiln_wheel()
-    with timed("tool: python -m venv + pip install torch_kiln-*.whl"):
-        return install_tool(wheel, tmp_path_factory.mktemp("kiln-tool"))
-
-
-@pytest.fixture(scope="session")
-def ringops_clone(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return clone_project("ringops", tmp_path_factory.mktemp("adopter"))
-
-
-@pytest.fixture(scope="session")
-def twinlibs_clone(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return clone_project("twinlibs", tmp_path_factory.mktemp("adopter"))
-
-
-@pytest.fixture(scope="session")
-def ringops_cpu(kiln_tool: KilnTool, ringops_clone: Path) -> Built:
-    return kiln_wheels(kiln_tool, ringops_clone, timing="ringops: kiln wheels (cpu)")
-
-
-@pytest.fixture(scope="session")
-def ringops_cu130(kiln_tool: KilnTool, ringops_clone: Path) -> Built:
-    return kiln_wheels(kiln_tool, ringops_clone, "--variant", "cu130", timing="ringops: kiln wheels --variant cu130")
-
-
-@pytest.fixture(scope="session")
-def twinlibs_cpu(kiln_tool: KilnTool, twinlibs_clone: Path) -> Built:
-    return kiln_wheels(kiln_tool, twinlibs_clone, timing="twinlibs: kiln wheels (cpu)")
+from adopters.adopting import ARTIFACTS, TIMINGS, config_line_counts
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from adopters.conftest import kiln_tool, ringops_clone, ringops_cpu, twinlibs_clone, twinlibs_cpu  # noqa: F401
 from preflight.preflight_support import ARTIFACTS, CU130_VENV, Venv, fresh_venv, shared_torch213_site, site_packages
 
 WORK = ARTIFACTS / "guard"
