@@ -86,7 +86,7 @@ def snapshot_dist(dist: Path, into: Path) -> dict[str, str]:
     torch ABIs, the release audit, staging, upload, listing) reads these copies: a wheel that lands in DIST
     later, or a file changed after, is not published. Returns name -> sha256."""
     from .index import IndexInputError
-    from .index.publish import list_dist, open_regular, unusable_dist
+    from .index.publish import copy_hashed, list_dist, open_regular, unusable_dist
     from .safezip import UnsafeArchiveError, check_archive
 
     try:
@@ -111,12 +111,7 @@ def snapshot_dist(dist: Path, into: Path) -> dict[str, str]:
                 problems.append(f"{path.name}: corrupt wheel (or unsafe): {exc}; not copied")
                 continue
             fh.seek(0)
-            digest = hashlib.sha256()
-            with (into / path.name).open("xb") as out:
-                while chunk := fh.read(1 << 20):
-                    digest.update(chunk)
-                    out.write(chunk)
-            hashes[path.name] = digest.hexdigest()
+            hashes[path.name] = copy_hashed(fh, into / path.name)[0]
     if problems:
         raise ReleaseError("input", str(unusable_dist(dist, problems)), 2)
     return hashes

@@ -11,23 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from preflight.preflight_support import ARTIFACTS, CU130_VENV, Venv, fresh_venv, shared_torch213_site, site_packages
+from preflight.conftest import torch213_site, torch214_site  # noqa: F401 - the same torches as tests/preflight
+from preflight.preflight_support import ARTIFACTS, Venv, fresh_venv
 
 WORK = ARTIFACTS / "guard"
-
-
-@pytest.fixture(scope="session")
-def torch213_site() -> Path:
-    return shared_torch213_site()
-
-
-@pytest.fixture(scope="session")
-def torch214_site() -> Path:
-    """The CUDA build venv's torch 2.14.1+cu130 (with its CUDA runtime wheels): the mismatched torch."""
-    site = site_packages(CU130_VENV)
-    if not (site / "torch").is_dir():
-        pytest.skip(f"no torch 2.14.1+cu130 venv at {CU130_VENV}")
-    return site
 
 
 @pytest.fixture(scope="session")

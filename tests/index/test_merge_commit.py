@@ -291,7 +291,7 @@ def test_a_base_url_without_its_last_slash_is_given_one(tmp_path: Path) -> None:
 
 
 def test_a_wheel_over_16_mib_is_published_as_the_bytes_it_was_hashed_from(tmp_path: Path) -> None:
-    """Large wheels are copied in chunks, hashed as written (index/publish.py _copy_hashed), not read whole."""
+    """Large wheels are copied in chunks, hashed as written (index/publish.py copy_hashed), not read whole."""
     import hashlib
     import random
     import tracemalloc

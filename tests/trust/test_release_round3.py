@@ -487,7 +487,7 @@ def test_a_big_non_wheel_is_refused_before_a_byte_is_copied(size: int, tmp_path:
     def no_copy(*_args: object) -> None:
         raise AssertionError("a file was copied into staging before its bounds were checked")
 
-    monkeypatch.setattr(publish_module, "_copy_hashed", no_copy)
+    monkeypatch.setattr(publish_module, "copy_hashed", no_copy)
     dist = tmp_path / "dist"
     dist.mkdir()
     with (dist / f"opkiln-0.1.0+pt213cpu-cp311-cp311-{FLOOR}.whl").open("wb") as fh:

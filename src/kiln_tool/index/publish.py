@@ -570,7 +570,7 @@ def _stage_new(dist: Path, paths: list[tuple[Path, ParsedName]], out: Path, mani
                         problems.append(f"{name}: corrupt wheel (or unsafe): {exc}; not copied")
                         continue
                     fh.seek(0)
-                    sha256, size = _copy_hashed(fh, Path(staged))
+                    sha256, size = copy_hashed(fh, Path(staged))
                     source = Path(staged)
             entry = manifest.wheels.get(name)
             if entry is not None:
@@ -767,7 +767,7 @@ def _render_site(manifest: Manifest, pythons: list[str], catalog: TorchCatalog,
     return pages
 
 
-def _copy_hashed(fin: BinaryIO, dst: Path) -> tuple[str, int]:
+def copy_hashed(fin: BinaryIO, dst: Path) -> tuple[str, int]:
     """Copy a large wheel, hashing what is written; the copy is what gets checked, audited and published."""
     digest = hashlib.sha256()
     size = 0
