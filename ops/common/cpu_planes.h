@@ -48,4 +48,30 @@ void overwrite_planes(T* image, std::int64_t c_begin, std::int64_t c_end, std::i
   }
 }
 
+// The backward of an RoI op whose threads own whole grad_input planes: for every image b whose
+// planes the range [begin, end) of the N * C planes (b * C + c) touches, the rois of b in roi
+// order (load_roi(k): roi k, with .valid and .batch) and their indices, then
+// add(c0, nc, target, rois, ids) accumulates into the zeroed planes [c0, c0 + nc) of image b
+// (overwrite_planes: float32 scratch for 16-bit T).
+template <typename Roi, typename T, typename LoadRoi, typename Add>
+void overwrite_roi_planes(T* grad_input, std::int64_t begin, std::int64_t end, std::int64_t channels,
+                          std::int64_t plane, std::int64_t num_rois, LoadRoi&& load_roi, Add&& add) {
+  std::vector<float> scratch;
+  std::vector<Roi> rois;
+  std::vector<std::int64_t> ids;
+  for_each_row_span(begin, end, channels, [&](std::int64_t b, std::int64_t c_begin, std::int64_t c_end) {
+    rois.clear();
+    ids.clear();
+    for (std::int64_t k = 0; k < num_rois; ++k) {
+      const Roi roi = load_roi(k);
+      if (roi.valid && roi.batch == b) {
+        rois.push_back(roi);
+        ids.push_back(k);
+      }
+    }
+    overwrite_planes(grad_input + b * channels * plane, c_begin, c_end, plane, scratch,
+                     [&](std::int64_t c0, std::int64_t nc, auto* target) { add(c0, nc, target, rois, ids); });
+  });
+}
+
 }  // namespace opkiln::kernels::cpu

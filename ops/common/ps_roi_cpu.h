@@ -64,32 +64,23 @@ void ps_roi_backward_cpu(ScalarKind kind, const PsRoiGeometry& g, const void* gr
     const T* go = static_cast<const T*>(grad_output);
     const std::int64_t plane = g.height * g.width;
     const std::int64_t bins = g.pooled_height * g.pooled_width;
-    std::vector<float> scratch;
-    std::vector<Roi> batch_rois;
-    std::vector<std::int64_t> batch_roi_ids;
-    cpu::for_each_row_span(begin, end, g.channels, [&](std::int64_t b, std::int64_t b_c_begin, std::int64_t b_c_end) {
-      batch_rois.clear();
-      batch_roi_ids.clear();
-      for (std::int64_t k = 0; k < g.rois; ++k) {
-        const Roi roi = ps_roi_cpu::load_roi<Op, T, Acc>(static_cast<const T*>(rois), k, g);
-        if (roi.valid && roi.batch == b) {
-          batch_rois.push_back(roi);
-          batch_roi_ids.push_back(k);
-        }
-      }
-      cpu::overwrite_planes(static_cast<T*>(grad_input) + b * g.channels * plane, b_c_begin, b_c_end, plane, scratch,
-                            [&](std::int64_t c_begin, std::int64_t nc, Acc* target) {
+    const auto load_roi = [&](std::int64_t k) {
+      return ps_roi_cpu::load_roi<Op, T, Acc>(static_cast<const T*>(rois), k, g);
+    };
+    cpu::overwrite_roi_planes<Roi>(static_cast<T*>(grad_input), begin, end, g.channels, plane, g.rois, load_roi,
+                                   [&](std::int64_t c_begin, std::int64_t nc, auto* target,
+                                       const std::vector<Roi>& batch_rois,
+                                       const std::vector<std::int64_t>& batch_roi_ids) {
         for (std::int64_t c = 0; c < nc; ++c) {
           // Plane c_in = (c_out * PH + ph) * PW + pw gets the gradient of that one bin.
           const std::int64_t c_in = c_begin + c;
           const std::int64_t c_out = c_in / bins, ph = (c_in % bins) / g.pooled_width, pw = c_in % g.pooled_width;
-          Acc* p = target + c * plane;
+          auto* p = target + c * plane;
           for (std::size_t i = 0; i < batch_rois.size(); ++i) {
             const Acc grad = C::load(go[(batch_roi_ids[i] * g.channels_out + c_out) * bins + ph * g.pooled_width + pw]);
             Op::backward(batch_rois[i], grad, ph, pw, g, [p](std::int64_t o, Acc v) { p[o] += v; });
           }
         }
-      });
     });
   });
 }

@@ -29,11 +29,6 @@ struct PsRoiNames {
   std::string_view forward, backward;
 };
 
-// The input shape a backward differentiates, [N, C, H, W].
-struct InputShape {
-  std::int64_t batch, channels, height, width;
-};
-
 inline kernels::PsRoiGeometry ps_roi_geometry(const InputShape& in, std::int64_t num_rois, const PsRoiArgs& a,
                                               std::string_view op) {
   OPKILN_CHECK_VALUE(a.pooled_height > 0 && a.pooled_width > 0, "opkiln::", op,
@@ -50,9 +45,6 @@ inline kernels::PsRoiGeometry ps_roi_geometry(const InputShape& in, std::int64_t
   return g;
 }
 
-// Planes per parallel task: about 4096 values each.
-inline std::int64_t ps_roi_grain(std::int64_t plane) { return std::max<std::int64_t>(1, 4096 / std::max<std::int64_t>(1, plane)); }
-
 template <typename Op>
 std::tuple<Tensor, Tensor> ps_roi_forward(const Tensor& input, const Tensor& rois, const PsRoiArgs& a,
                                           DeviceType device, PsRoiNames names) {
@@ -64,16 +56,14 @@ std::tuple<Tensor, Tensor> ps_roi_forward(const Tensor& input, const Tensor& roi
   std::optional<DeviceGuard> guard;
   if (device == DeviceType::CUDA) guard.emplace(input);
 #endif
-  const Tensor xc = as_contiguous(input);
-  const Tensor rc = as_contiguous(rois);
-  const ScalarKind kind = float_kind(input, op, "input");
-  check_batch_index(rc, g.batch, op);
+  const RoiInputs r = roi_inputs(input, rois, g.batch, op, "input");
+  const ScalarKind kind = r.kind;
   const std::vector<std::int64_t> shape{g.rois, g.channels_out, g.pooled_height, g.pooled_width};
   Tensor out = empty(shape, input.scalar_type(), input);
   Tensor mapping = empty(shape, ScalarType::Int, input);
   if (out.numel() == 0) return {out, mapping};
-  const void* px = xc.const_data_ptr();
-  const void* pr = rc.const_data_ptr();
+  const void* px = r.features.const_data_ptr();
+  const void* pr = r.rois.const_data_ptr();
   void* po = out.mutable_data_ptr();
   auto* pm = mapping.mutable_data_ptr<std::int32_t>();
 #if OPKILN_WITH_CUDA
@@ -82,7 +72,7 @@ std::tuple<Tensor, Tensor> ps_roi_forward(const Tensor& input, const Tensor& roi
     return {out, mapping};
   }
 #endif
-  parallel_for(0, g.rois * g.channels_out, ps_roi_grain(g.pooled_height * g.pooled_width),
+  parallel_for(0, g.rois * g.channels_out, roi_plane_grain(g.pooled_height * g.pooled_width),
                [&](std::int64_t begin, std::int64_t end) {
                  kernels::ps_roi_forward_cpu<Op>(kind, g, px, pr, po, pm, begin, end);
                });
@@ -107,53 +97,17 @@ Tensor ps_roi_backward(const Tensor& grad, const Tensor& rois, const Tensor& cha
   OPKILN_CHECK(channel_mapping.scalar_type() == ScalarType::Int && sizes(channel_mapping) == expected, "opkiln::", op,
                ": channel_mapping must be int32 of grad's shape ", expected, ", got ", channel_mapping.scalar_type(),
                " ", sizes(channel_mapping));
-#if OPKILN_WITH_CUDA
-  std::optional<DeviceGuard> guard;
-  if (device == DeviceType::CUDA) guard.emplace(grad);
-#endif
-  const Tensor gc = as_contiguous(grad);
-  const Tensor rc = as_contiguous(rois);
-  const ScalarKind kind = float_kind(grad, op, "grad");
-  check_batch_index(rc, g.batch, op);
-  const std::vector<std::int64_t> shape{in.batch, in.channels, in.height, in.width};
-  if (grad.numel() == 0) return zeros(shape, grad.scalar_type(), grad);
-  Tensor grad_input = empty(shape, grad.scalar_type(), grad);
-  if (grad_input.numel() == 0) return grad_input;
-  const void* pg = gc.const_data_ptr();
-  const void* pr = rc.const_data_ptr();
-  void* pgi = grad_input.mutable_data_ptr();
-#if OPKILN_WITH_CUDA
-  if (device == DeviceType::CUDA) {
-    Workspace workspace(kernels::scatter_workspace_bytes(kind, grad_input.numel()), grad);
-    check_cuda(kernels::ps_roi_backward_cuda<Op>(kind, g, pg, pr, pgi, workspace.data(), workspace.bytes(),
-                                                 cuda_stream(grad)),
-               op);
-    return grad_input;
-  }
-#endif
-  parallel_for(0, in.batch * in.channels, ps_roi_grain(in.height * in.width),
-               [&](std::int64_t begin, std::int64_t end) {
-                 kernels::ps_roi_backward_cpu<Op>(kind, g, pg, pr, pgi, begin, end);
-               });
-  return grad_input;
+  return roi_backward_launch(
+      grad, rois, in, device, op,
+      [&](ScalarKind kind, const void* pg, const void* pr, void* pgi, std::int64_t begin, std::int64_t end) {
+        kernels::ps_roi_backward_cpu<Op>(kind, g, pg, pr, pgi, begin, end);
+      },
+      [&](auto kind, auto pg, auto pr, auto pgi, auto workspace, auto bytes, auto stream) {
+        return kernels::ps_roi_backward_cuda<Op>(kind, g, pg, pr, pgi, workspace, bytes, stream);
+      });
 }
 
 }  // namespace opkiln::facade
 
-// Registers forward<DeviceType::CPU/CUDA> and backward<...> (the binding's function templates)
-// as the CPU and CUDA kernels of the ops named `fwd` and `bwd`.
-#if OPKILN_WITH_CUDA
-#define OPKILN_PS_ROI_CUDA_KERNELS_(fwd, bwd)                                  \
-  OPKILN_KERNELS(CUDA, m) {                                                    \
-    m.impl(fwd, OPKILN_KERNEL(forward<::opkiln::facade::DeviceType::CUDA>));   \
-    m.impl(bwd, OPKILN_KERNEL(backward<::opkiln::facade::DeviceType::CUDA>));  \
-  }
-#else
-#define OPKILN_PS_ROI_CUDA_KERNELS_(fwd, bwd)
-#endif
-#define OPKILN_PS_ROI_KERNELS(fwd, bwd)                                       \
-  OPKILN_KERNELS(CPU, m) {                                                    \
-    m.impl(fwd, OPKILN_KERNEL(forward<::opkiln::facade::DeviceType::CPU>));   \
-    m.impl(bwd, OPKILN_KERNEL(backward<::opkiln::facade::DeviceType::CPU>));  \
-  }                                                                           \
-  OPKILN_PS_ROI_CUDA_KERNELS_(fwd, bwd)
+// Registers the binding's forward<DeviceType::CPU/CUDA> and backward<...> (facade/rois.h).
+#define OPKILN_PS_ROI_KERNELS(fwd, bwd) OPKILN_ROI_KERNELS(fwd, bwd)

@@ -13,11 +13,11 @@
 //     sample at or past the last row/column reads that row/column.
 // The backward scatters grad_output[k, c, ph, pw] / count with the same bilinear weights
 // (a weight falls where the forward read), so it is the exact adjoint of the forward.
+// This file is its per-bin math only; the loops, checks and dispatch are the RoI family's
+// (common/roi_family.h, facade/roi_family.h).
 //
 // Arithmetic (coordinates, weights, sums) is float32 for float32/float16/bfloat16 data and
-// float64 for float64; rois have the dtype of input. Pointers are to contiguous NCHW input,
-// contiguous [K, 5] rois, contiguous [K, C, PH, PW] output/grad_output (the binding makes
-// them contiguous).
+// float64 for float64; rois have the dtype of input.
 //
 // Batch index contract: common/roi.h (an invalid roi gets a zero output and gives no gradient;
 // the binding rejects it first, forward and backward, with facade/rois.h's check_batch_index).
@@ -34,43 +34,65 @@
 // spatial_scale and sampling_ratio take any value (as in torchvision).
 #pragma once
 
-#include <cstddef>
 #include <cstdint>
 
-#include "common/common.h"
-#include "common/roi.h"
+#include "common/host_device.h"
+#include "common/roi_family.h"
+#include "common/roi_sampling.h"
 
 namespace opkiln::kernels {
 
-struct RoiAlignGeometry : RoiShape {
-  std::int64_t sampling_ratio = -1;  // <= 0: adaptive, ceil(roi size / pooled size)
-  bool aligned = false;
+struct RoiAlign {
+  static constexpr bool kIndex = false;
+
+  template <typename Acc>
+  using Roi = roi_sampling::Roi<Acc>;
+  template <typename Acc>
+  using Tap = roi_sampling::Sample<Acc>;  // a valid bilinear sample
+  template <typename Acc>
+  using State = Acc;  // the sum of the samples
+
+  template <typename Acc, typename Round>
+  OPKILN_HD static Roi<Acc> roi(Acc b, Acc x1, Acc y1, Acc x2, Acc y2, const RoiFamilyGeometry& g, Round) {
+    return roi_sampling::make_roi<Acc>(b, x1, y1, x2, y2, static_cast<Acc>(g.spatial_scale), g);
+  }
+
+  // The valid samples of bin (ph, pw), iy then ix (torchvision's order).
+  template <typename Acc, typename Round, typename F>
+  OPKILN_HD static void taps(const Roi<Acc>& roi, std::int64_t ph, std::int64_t pw, const RoiFamilyGeometry& g, Round,
+                             F&& f) {
+    for (std::int64_t iy = 0; iy < roi.grid_h; ++iy) {
+      const Acc y = roi_sampling::sample_y(roi, ph, iy);
+      for (std::int64_t ix = 0; ix < roi.grid_w; ++ix) {
+        const Tap<Acc> s = roi_sampling::bilinear(g.height, g.width, y, roi_sampling::sample_x(roi, pw, ix));
+        if (s.valid) f(s);
+      }
+    }
+  }
+
+  template <typename Acc>
+  OPKILN_HD static State<Acc> start(const Roi<Acc>&) { return Acc(0); }
+
+  template <typename Acc, typename Load>
+  OPKILN_HD static void fold(State<Acc>& sum, const Tap<Acc>& s, Load&& load) {
+    sum += s.w1 * load(s.o1) + s.w2 * load(s.o2) + s.w3 * load(s.o3) + s.w4 * load(s.o4);
+  }
+
+  template <typename Acc>
+  OPKILN_HD static RoiValue<Acc> finish(const Roi<Acc>& roi, const State<Acc>& sum) {
+    return {sum / roi.count, -1};
+  }
+
+  template <typename Acc>
+  OPKILN_HD static Acc grad(const Roi<Acc>& roi, Acc grad_output) { return grad_output / roi.count; }
+
+  template <typename Acc, typename Add>
+  OPKILN_HD static void scatter(const Tap<Acc>& s, Acc grad, Add&& add) {
+    add(s.o1, grad * s.w1);
+    add(s.o2, grad * s.w2);
+    add(s.o3, grad * s.w3);
+    add(s.o4, grad * s.w4);
+  }
 };
-
-// Output planes [begin, end) of the K * C planes (k * C + c); each plane is PH * PW values.
-// Ranges may split a roi's channels anywhere; disjoint ranges run in parallel safely.
-void roi_align_forward_cpu(ScalarKind kind, const RoiAlignGeometry& g, const void* input, const void* rois,
-                           void* output, std::int64_t begin, std::int64_t end);
-
-// Input planes [begin, end) of the N * C planes of grad_input (b * C + c). For each plane
-// the kernel OVERWRITES it (zeroes it, then adds the contribution of every roi of batch b),
-// so grad_input may come uninitialised (torch.empty), and each plane is written by the
-// thread that owns its range only: parallel and deterministic, no atomics. Half/bfloat16
-// planes accumulate in a float32 scratch plane and are rounded once.
-void roi_align_backward_cpu(ScalarKind kind, const RoiAlignGeometry& g, const void* grad_output, const void* rois,
-                            void* grad_input, std::int64_t begin, std::int64_t end);
-
-// One thread per output element; no host synchronisation.
-CudaStatus roi_align_forward_cuda(ScalarKind kind, const RoiAlignGeometry& g, const void* input, const void* rois,
-                                  void* output, CudaStream stream);
-
-// The backward scatters with atomicAdd through common/cuda_scatter.cuh: its workspace is
-// scatter_workspace_bytes(kind, N * C * H * W) (common/common.h; float32 for float16/bfloat16,
-// none otherwise). The kernel zeroes grad_input / the workspace itself, on the stream.
-// float64 atomics make the summation order vary run to run at the 1e-16 level (fine for
-// gradcheck); float32 results may differ in the last bits between runs.
-CudaStatus roi_align_backward_cuda(ScalarKind kind, const RoiAlignGeometry& g, const void* grad_output,
-                                   const void* rois, void* grad_input, void* workspace, std::size_t workspace_bytes,
-                                   CudaStream stream);
 
 }  // namespace opkiln::kernels

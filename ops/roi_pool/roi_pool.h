@@ -14,8 +14,9 @@
 //
 // Coordinates are float32 for float32/float16/bfloat16 data and float64 for float64 (rois have
 // the dtype of input); bin sizes and bin edges are rounded to the storage dtype as torchvision's
-// kernels compute them, so 16-bit bins match its edges. Pointers are to contiguous NCHW input,
-// [K, 5] rois, [K, C, PH, PW] output/argmax/grad_output (the binding makes them contiguous).
+// kernels compute them, so 16-bit bins match its edges. This file is its per-bin math only
+// (windows: roi_pool_bins.h); the loops, checks, dispatch and the backward through argmax are
+// the RoI family's (common/roi_family.h, facade/roi_family.h).
 // Batch index contract: common/roi.h (an invalid roi pools nothing and gives no gradient; the
 // binding rejects it first, with facade/rois.h's check_batch_index).
 //
@@ -29,31 +30,55 @@
 //   [RuntimeError] "opkiln::_roi_pool_backward: argmax must be int32 of grad's shape ..."
 #pragma once
 
+#include <cfloat>
 #include <cstdint>
 
-#include "common/common.h"
-#include "common/roi.h"
+#include "common/host_device.h"
+#include "common/roi_family.h"
+#include "roi_pool/roi_pool_bins.h"
 
 namespace opkiln::kernels {
 
-// Output planes [begin, end) of the K * C planes (k * C + c), each PH * PW values and argmaxes.
-void roi_pool_cpu(ScalarKind kind, const RoiShape& s, const void* input, const void* rois, void* output,
-                  std::int32_t* argmax, std::int64_t begin, std::int64_t end);
+struct RoiPool {
+  static constexpr bool kIndex = true;  // argmax; the family's backward adds grad there
 
-// One thread per output element; no host synchronisation.
-CudaStatus roi_pool_cuda(ScalarKind kind, const RoiShape& s, const void* input, const void* rois, void* output,
-                         std::int32_t* argmax, CudaStream stream);
+  template <typename Acc>
+  using Roi = roi_pool_bins::Roi<Acc>;
+  template <typename Acc>
+  struct Tap {  // the bin's window in a plane `width` wide
+    roi_pool_bins::Span rows, cols;
+    std::int64_t width;
+  };
+  template <typename Acc>
+  using State = roi_pool_bins::Max<Acc>;
 
-// grad_input planes [begin, end) of the N * C planes (b * C + c), OVERWRITTEN (grad_input may
-// come uninitialised): each takes the gradients of the bins of every roi of batch b that chose
-// one of its elements, in roi order; float16/bfloat16 add in float32 and are rounded once.
-void roi_pool_backward_cpu(ScalarKind kind, const RoiShape& s, const void* grad_output, const void* rois,
-                           const std::int32_t* argmax, void* grad_input, std::int64_t begin, std::int64_t end);
+  template <typename Acc, typename Round>
+  OPKILN_HD static Roi<Acc> roi(Acc b, Acc x1, Acc y1, Acc x2, Acc y2, const RoiFamilyGeometry& g, Round round) {
+    const Acc scale = round(static_cast<Acc>(g.spatial_scale));
+    Roi<Acc> r = roi_pool_bins::make_roi<Acc>(b, round(x1 * scale), round(y1 * scale), round(x2 * scale),
+                                              round(y2 * scale), Acc(1), g.batch, g.pooled_height, g.pooled_width,
+                                              round);
+    r.lowest = round(static_cast<Acc>(-FLT_MAX));
+    return r;
+  }
 
-// atomicAdd into grad_input through common/cuda_scatter.cuh: the workspace is
-// scatter_workspace_bytes(kind, N * C * H * W) (float32 for float16/bfloat16, none otherwise).
-CudaStatus roi_pool_backward_cuda(ScalarKind kind, const RoiShape& s, const void* grad_output, const void* rois,
-                                  const std::int32_t* argmax, void* grad_input, void* workspace,
-                                  std::size_t workspace_bytes, CudaStream stream);
+  template <typename Acc, typename Round, typename F>
+  OPKILN_HD static void taps(const Roi<Acc>& roi, std::int64_t ph, std::int64_t pw, const RoiFamilyGeometry& g,
+                             Round round, F&& f) {
+    f(Tap<Acc>{roi_pool_bins::span(ph, roi.bin_h, roi.y0, g.height, round),
+               roi_pool_bins::span(pw, roi.bin_w, roi.x0, g.width, round), g.width});
+  }
+
+  template <typename Acc>
+  OPKILN_HD static State<Acc> start(const Roi<Acc>& roi) { return {roi.lowest, -1}; }
+
+  template <typename Acc, typename Load>
+  OPKILN_HD static void fold(State<Acc>& best, const Tap<Acc>& t, Load&& load) {
+    best = roi_pool_bins::window_max(best, t.rows, t.cols, t.width, load);
+  }
+
+  template <typename Acc>
+  OPKILN_HD static RoiValue<Acc> finish(const Roi<Acc>&, const State<Acc>& best) { return {best.value, best.index}; }
+};
 
 }  // namespace opkiln::kernels

@@ -15,6 +15,7 @@ struct Roi {
   bool valid = false;  // the batch index is in range
   std::int64_t batch = 0, x0 = 0, y0 = 0;
   Acc bin_h = 0, bin_w = 0;  // already rounded to the storage dtype (Round below)
+  Acc lowest = 0;            // where a window's max starts: torchvision's -FLT_MAX in the storage dtype
 };
 
 // Round(v): v rounded to the storage dtype and back (identity for float32/float64), as
@@ -49,21 +50,21 @@ OPKILN_HD Span span(std::int64_t p, Acc bin, std::int64_t offset, std::int64_t s
   return {clip(lo + offset), clip(hi + offset)};
 }
 
-// The largest value of plane[window] and its index (row-major first on ties; NaN never wins),
-// starting from `lowest` (torchvision's -FLT_MAX in the storage dtype); (0, -1) when empty.
+// The largest value of a plane's window and its index (row-major first on ties; NaN never wins),
+// starting from `best` ({lowest, -1}); (0, -1) when the window is empty. load(offset): the
+// plane's value at offset h * width + w.
 template <typename Acc>
 struct Max {
   Acc value;
   std::int32_t index;
 };
 
-template <typename Acc, typename T, typename Load>
-OPKILN_HD Max<Acc> window_max(const T* plane, std::int64_t width, Span rows, Span cols, Acc lowest, Load load) {
+template <typename Acc, typename Load>
+OPKILN_HD Max<Acc> window_max(Max<Acc> best, Span rows, Span cols, std::int64_t width, Load&& load) {
   if (rows.hi <= rows.lo || cols.hi <= cols.lo) return {Acc(0), -1};
-  Max<Acc> best{lowest, -1};
   for (std::int64_t h = rows.lo; h < rows.hi; ++h) {
     for (std::int64_t w = cols.lo; w < cols.hi; ++w) {
-      const Acc v = load(plane[h * width + w]);
+      const Acc v = load(h * width + w);
       if (v > best.value) best = {v, static_cast<std::int32_t>(h * width + w)};
     }
   }

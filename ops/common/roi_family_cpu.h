@@ -1,0 +1,143 @@
+// The CPU drivers of the RoI family (common/roi_family.h): a roi's taps are computed once (all its
+// bins) and then folded for one channel plane at a time, so a plane is read while it is in cache
+// and the taps' geometry (the costly part of a bilinear sample) is shared by every channel. The
+// backward owns whole grad_input planes. Include it in the op's CPU source and instantiate with
+// OPKILN_ROI_FAMILY_CPU(Op).
+#pragma once
+
+#include <algorithm>
+#include <vector>
+
+#include "common/cpu_planes.h"
+#include "common/half_float.h"
+#include "common/roi_family.h"
+
+namespace opkiln::kernels::roi_family_cpu {
+
+template <typename T>
+struct InStorage {
+  using C = cpu::Convert<T>;
+  using Acc = decltype(C::load(T{}));
+  Acc operator()(Acc v) const { return C::load(C::store(v)); }
+};
+
+template <typename Op, typename T>
+auto load_roi(const T* rois, std::int64_t k, const RoiFamilyGeometry& g) {
+  using C = cpu::Convert<T>;
+  using Acc = decltype(C::load(T{}));
+  const T* r = rois + k * kRoiColumns;
+  return Op::template roi<Acc>(C::load(r[0]), C::load(r[1]), C::load(r[2]), C::load(r[3]), C::load(r[4]), g,
+                               InStorage<T>{});
+}
+
+// The taps of every bin of a roi, bin after bin: bin i's are taps[first[i] .. first[i + 1]).
+template <typename Op, typename Acc>
+struct RoiTaps {
+  std::vector<typename Op::template Tap<Acc>> taps;
+  std::vector<std::size_t> first;
+
+  template <typename Round>
+  void build(const typename Op::template Roi<Acc>& roi, const RoiFamilyGeometry& g, Round round) {
+    taps.clear();
+    first.clear();
+    for (std::int64_t ph = 0; ph < g.pooled_height; ++ph) {
+      for (std::int64_t pw = 0; pw < g.pooled_width; ++pw) {
+        first.push_back(taps.size());
+        Op::taps(roi, ph, pw, g, round, [this](const auto& t) { taps.push_back(t); });
+      }
+    }
+    first.push_back(taps.size());
+  }
+};
+
+}  // namespace opkiln::kernels::roi_family_cpu
+
+namespace opkiln::kernels {
+
+template <typename Op>
+void roi_family_forward_cpu(ScalarKind kind, const RoiFamilyGeometry& g, const void* input, const void* rois,
+                            void* output, std::int32_t* index, std::int64_t begin, std::int64_t end) {
+  if (begin >= end || g.channels <= 0) return;
+  cpu::dispatch_float_kinds(static_cast<int>(kind), [&]<typename T>() {
+    using C = cpu::Convert<T>;
+    using Acc = decltype(C::load(T{}));
+    const T* in = static_cast<const T*>(input);
+    T* out = static_cast<T*>(output);
+    const std::int64_t plane = g.height * g.width;
+    const std::int64_t bins = g.pooled_height * g.pooled_width;
+    roi_family_cpu::RoiTaps<Op, Acc> taps;
+    cpu::for_each_row_span(begin, end, g.channels, [&](std::int64_t k, std::int64_t c_begin, std::int64_t c_end) {
+      const auto roi = roi_family_cpu::load_roi<Op>(static_cast<const T*>(rois), k, g);
+      std::int64_t at = (k * g.channels + c_begin) * bins;
+      if (!roi.valid) {
+        std::fill(out + at, out + at + (c_end - c_begin) * bins, C::store(Acc(0)));
+        if constexpr (Op::kIndex) std::fill(index + at, index + at + (c_end - c_begin) * bins, -1);
+        return;
+      }
+      taps.build(roi, g, roi_family_cpu::InStorage<T>{});
+      for (std::int64_t c = c_begin; c < c_end; ++c) {
+        const T* p = in + (roi.batch * g.channels + c) * plane;
+        const auto load = [p](std::int64_t o) { return C::load(p[o]); };
+        for (std::int64_t bin = 0; bin < bins; ++bin, ++at) {
+          auto state = Op::start(roi);
+          for (std::size_t t = taps.first[bin]; t < taps.first[bin + 1]; ++t) Op::fold(state, taps.taps[t], load);
+          const RoiValue<Acc> v = Op::finish(roi, state);
+          out[at] = C::store(v.value);
+          if constexpr (Op::kIndex) index[at] = v.index;
+        }
+      }
+    });
+  });
+}
+
+template <typename Op>
+void roi_family_backward_cpu(ScalarKind kind, const RoiFamilyGeometry& g, const void* grad_output, const void* rois,
+                             const std::int32_t* index, void* grad_input, std::int64_t begin, std::int64_t end) {
+  if (begin >= end || g.channels <= 0) return;
+  cpu::dispatch_float_kinds(static_cast<int>(kind), [&]<typename T>() {
+    using C = cpu::Convert<T>;
+    using Acc = decltype(C::load(T{}));
+    using Roi = typename Op::template Roi<Acc>;
+    const T* go = static_cast<const T*>(grad_output);
+    const std::int64_t plane = g.height * g.width;
+    const std::int64_t bins = g.pooled_height * g.pooled_width;
+    roi_family_cpu::RoiTaps<Op, Acc> taps;
+    const auto load_roi = [&](std::int64_t k) {
+      return roi_family_cpu::load_roi<Op>(static_cast<const T*>(rois), k, g);
+    };
+    cpu::overwrite_roi_planes<Roi>(static_cast<T*>(grad_input), begin, end, g.channels, plane, g.rois, load_roi,
+                                   [&](std::int64_t c_begin, std::int64_t nc, auto* target,
+                                       const std::vector<Roi>& batch_rois,
+                                       const std::vector<std::int64_t>& batch_roi_ids) {
+        for (std::size_t i = 0; i < batch_rois.size(); ++i) {
+          if constexpr (!Op::kIndex) taps.build(batch_rois[i], g, roi_family_cpu::InStorage<T>{});
+          for (std::int64_t c = 0; c < nc; ++c) {
+            const std::int64_t first = (batch_roi_ids[i] * g.channels + c_begin + c) * bins;
+            auto* p = target + c * plane;
+            for (std::int64_t bin = 0; bin < bins; ++bin) {
+              if constexpr (Op::kIndex) {
+                const std::int32_t a = index[first + bin];
+                if (a >= 0 && a < plane) p[a] += C::load(go[first + bin]);
+              } else {
+                const Acc grad = Op::grad(batch_rois[i], C::load(go[first + bin]));
+                for (std::size_t t = taps.first[bin]; t < taps.first[bin + 1]; ++t) {
+                  Op::scatter(taps.taps[t], grad, [p](std::int64_t o, Acc v) { p[o] += v; });
+                }
+              }
+            }
+          }
+        }
+    });
+  });
+}
+
+}  // namespace opkiln::kernels
+
+// The CPU drivers for one op's per-bin math `Op` (a type in opkiln::kernels).
+#define OPKILN_ROI_FAMILY_CPU(Op)                                                                                  \
+  template void opkiln::kernels::roi_family_forward_cpu<opkiln::kernels::Op>(                                      \
+      opkiln::kernels::ScalarKind, const opkiln::kernels::RoiFamilyGeometry&, const void*, const void*, void*,     \
+      std::int32_t*, std::int64_t, std::int64_t);                                                                  \
+  template void opkiln::kernels::roi_family_backward_cpu<opkiln::kernels::Op>(                                     \
+      opkiln::kernels::ScalarKind, const opkiln::kernels::RoiFamilyGeometry&, const void*, const void*,            \
+      const std::int32_t*, void*, std::int64_t, std::int64_t)
