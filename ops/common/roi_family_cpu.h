@@ -75,12 +75,14 @@ void roi_family_forward_cpu(ScalarKind kind, const RoiFamilyGeometry& g, const v
         return;
       }
       taps.build(roi, g, roi_family_cpu::InStorage<T>{});
+      const auto* tap = taps.taps.data();  // locals: the stores below cannot make the compiler reload them
+      const std::size_t* first = taps.first.data();
       for (std::int64_t c = c_begin; c < c_end; ++c) {
         const T* p = in + (roi.batch * g.channels + c) * plane;
         const auto load = [p](std::int64_t o) { return C::load(p[o]); };
         for (std::int64_t bin = 0; bin < bins; ++bin, ++at) {
           auto state = Op::start(roi);
-          for (std::size_t t = taps.first[bin]; t < taps.first[bin + 1]; ++t) Op::fold(state, taps.taps[t], load);
+          for (std::size_t t = first[bin]; t < first[bin + 1]; ++t) Op::fold(state, tap[t], load);
           const RoiValue<Acc> v = Op::finish(roi, state);
           out[at] = C::store(v.value);
           if constexpr (Op::kIndex) index[at] = v.index;

@@ -62,13 +62,19 @@ struct Max {
 template <typename Acc, typename Load>
 OPKILN_HD Max<Acc> window_max(Max<Acc> best, Span rows, Span cols, std::int64_t width, Load&& load) {
   if (rows.hi <= rows.lo || cols.hi <= cols.lo) return {Acc(0), -1};
+  // Branch-free (a mask for the index, a max for the value): faster on unordered data than a
+  // mispredicted branch per element, which is what GCC made of `if (v > best) best = ...` here.
+  Acc value = best.value;
+  std::int32_t index = best.index;
   for (std::int64_t h = rows.lo; h < rows.hi; ++h) {
     for (std::int64_t w = cols.lo; w < cols.hi; ++w) {
       const Acc v = load(h * width + w);
-      if (v > best.value) best = {v, static_cast<std::int32_t>(h * width + w)};
+      const std::int32_t take = -static_cast<std::int32_t>(v > value);  // all ones or zero (NaN: zero)
+      index = (index & ~take) | (static_cast<std::int32_t>(h * width + w) & take);
+      value = value < v ? v : value;
     }
   }
-  return best;
+  return {value, index};
 }
 
 }  // namespace opkiln::kernels::roi_pool_bins
