@@ -18,6 +18,15 @@ from support.ops_reference import HAS_CUDA
 
 DEVICES = ["cpu", pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(not HAS_CUDA, reason="needs CUDA")])]
 OPS = ("ps_roi_align", "ps_roi_pool")
+# Called after every install as a user would ([tool.kiln] install-samples: kiln_tool.op_smoke).
+INSTALL_SAMPLES = {
+    "ps_roi_align": "opkiln.ps_roi_align(torch.arange(128.).reshape(1, 8, 4, 4), torch.tensor([[0., 0, 0, 3, 3]]),"
+                    " 2, 1.0, 2)",
+    "ps_roi_pool": "opkiln.ps_roi_pool(torch.arange(128.).reshape(1, 8, 4, 4), torch.tensor([[0., 0, 0, 3, 3]]), 2)",
+    "PSRoIAlign": "opkiln.PSRoIAlign((2, 2), 1.0, 2)(torch.arange(128.).reshape(1, 8, 4, 4),"
+                  " [torch.tensor([[0., 0, 3, 3]])])",
+    "PSRoIPool": "opkiln.PSRoIPool(2, 1.0)(torch.arange(128.).reshape(1, 8, 4, 4), [torch.tensor([[0., 0, 3, 3]])])",
+}
 
 
 def _bilinear(plane: list[list[float]], y: float, x: float) -> tuple[float, list[tuple[int, int, float]]]:
