@@ -30,7 +30,13 @@ auto load_roi(const T* rois, std::int64_t k, const RoiFamilyGeometry& g) {
                                InStorage<T>{});
 }
 
-// The taps of every bin of a roi, bin after bin: bin i's are taps[first[i] .. first[i + 1]).
+// An op whose every bin is one tap (roi_pool's window) says so with `static constexpr bool kOneTap
+// = true`: its taps are then stored one per bin, with no per-bin index list to walk.
+template <typename Op>
+constexpr bool kOneTap = requires { requires Op::kOneTap; };
+
+// The taps of every bin of a roi, bin after bin: bin i's are taps[first[i] .. first[i + 1]);
+// for a kOneTap op, bin i's is taps[i] (first stays empty).
 template <typename Op, typename Acc>
 struct RoiTaps {
   std::vector<typename Op::template Tap<Acc>> taps;
@@ -42,11 +48,11 @@ struct RoiTaps {
     first.clear();
     for (std::int64_t ph = 0; ph < g.pooled_height; ++ph) {
       for (std::int64_t pw = 0; pw < g.pooled_width; ++pw) {
-        first.push_back(taps.size());
+        if constexpr (!kOneTap<Op>) first.push_back(taps.size());
         Op::taps(roi, ph, pw, g, round, [this](const auto& t) { taps.push_back(t); });
       }
     }
-    first.push_back(taps.size());
+    if constexpr (!kOneTap<Op>) first.push_back(taps.size());
   }
 };
 
@@ -82,7 +88,11 @@ void roi_family_forward_cpu(ScalarKind kind, const RoiFamilyGeometry& g, const v
         const auto load = [p](std::int64_t o) { return C::load(p[o]); };
         for (std::int64_t bin = 0; bin < bins; ++bin, ++at) {
           auto state = Op::start(roi);
-          for (std::size_t t = first[bin]; t < first[bin + 1]; ++t) Op::fold(state, tap[t], load);
+          if constexpr (roi_family_cpu::kOneTap<Op>) {
+            Op::fold(state, tap[bin], load);
+          } else {
+            for (std::size_t t = first[bin]; t < first[bin + 1]; ++t) Op::fold(state, tap[t], load);
+          }
           const RoiValue<Acc> v = Op::finish(roi, state);
           out[at] = C::store(v.value);
           if constexpr (Op::kIndex) index[at] = v.index;
@@ -122,8 +132,11 @@ void roi_family_backward_cpu(ScalarKind kind, const RoiFamilyGeometry& g, const 
                 if (a >= 0 && a < plane) p[a] += C::load(go[first + bin]);
               } else {
                 const Acc grad = Op::grad(batch_rois[i], C::load(go[first + bin]));
-                for (std::size_t t = taps.first[bin]; t < taps.first[bin + 1]; ++t) {
-                  Op::scatter(taps.taps[t], grad, [p](std::int64_t o, Acc v) { p[o] += v; });
+                const auto add = [p](std::int64_t o, Acc v) { p[o] += v; };
+                if constexpr (roi_family_cpu::kOneTap<Op>) {
+                  Op::scatter(taps.taps[bin], grad, add);
+                } else {
+                  for (std::size_t t = taps.first[bin]; t < taps.first[bin + 1]; ++t) Op::scatter(taps.taps[t], grad, add);
                 }
               }
             }

@@ -41,6 +41,7 @@ namespace opkiln::kernels {
 
 struct RoiPool {
   static constexpr bool kIndex = true;  // argmax; the family's backward adds grad there
+  static constexpr bool kOneTap = true;  // a bin is one window (common/roi_family_cpu.h)
 
   template <typename Acc>
   using Roi = roi_pool_bins::Roi<Acc>;
