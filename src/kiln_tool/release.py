@@ -86,8 +86,7 @@ def snapshot_dist(dist: Path, into: Path) -> dict[str, str]:
     torch ABIs, the release audit, staging, upload, listing) reads these copies: a wheel that lands in DIST
     later, or a file changed after, is not published. Returns name -> sha256."""
     from .index import IndexInputError
-    from .index.publish import copy_hashed, list_dist, open_regular, unusable_dist
-    from .safezip import UnsafeArchiveError, check_archive
+    from .index.publish import copy_checked, list_dist, open_regular, unusable_dist
 
     try:
         paths, problems = list_dist(dist)
@@ -106,12 +105,9 @@ def snapshot_dist(dist: Path, into: Path) -> dict[str, str]:
             continue
         with os.fdopen(fd, "rb") as fh:
             try:
-                check_archive(fh)
-            except UnsafeArchiveError as exc:
-                problems.append(f"{path.name}: corrupt wheel (or unsafe): {exc}; not copied")
-                continue
-            fh.seek(0)
-            hashes[path.name] = copy_hashed(fh, into / path.name)[0]
+                hashes[path.name] = copy_checked(fh, path.name, into / path.name)[0]
+            except IndexInputError as exc:
+                problems.append(str(exc))
     if problems:
         raise ReleaseError("input", str(unusable_dist(dist, problems)), 2)
     return hashes

@@ -563,14 +563,11 @@ def _stage_new(dist: Path, paths: list[tuple[Path, ParsedName]], out: Path, mani
                     sha256, size = hashlib.sha256(data).hexdigest(), len(data)
                     source: bytes | Path = data
                 else:
-                    # Every bound before a byte is copied: a huge, sparse or non-zip file never reaches staging.
                     try:
-                        check_archive(fh)
-                    except UnsafeArchiveError as exc:
-                        problems.append(f"{name}: corrupt wheel (or unsafe): {exc}; not copied")
+                        sha256, size = copy_checked(fh, name, Path(staged))
+                    except IndexInputError as exc:
+                        problems.append(str(exc))
                         continue
-                    fh.seek(0)
-                    sha256, size = copy_hashed(fh, Path(staged))
                     source = Path(staged)
             entry = manifest.wheels.get(name)
             if entry is not None:
@@ -765,6 +762,17 @@ def _render_site(manifest: Manifest, pythons: list[str], catalog: TorchCatalog,
     pages[MANIFEST_NAME] = manifest.to_json()
     pages[".nojekyll"] = ""  # GitHub Pages: serve every file as it is
     return pages
+
+
+def copy_checked(fin: BinaryIO, name: str, dst: Path) -> tuple[str, int]:
+    """Every bound of the archive checked before a byte is copied (a huge, sparse or non-zip file never reaches
+    staging), then copy_hashed; IndexInputError naming ``name`` when a bound fails."""
+    try:
+        check_archive(fin)
+    except UnsafeArchiveError as exc:
+        raise IndexInputError(f"{name}: corrupt wheel (or unsafe): {exc}; not copied") from None
+    fin.seek(0)
+    return copy_hashed(fin, dst)
 
 
 def copy_hashed(fin: BinaryIO, dst: Path) -> tuple[str, int]:
