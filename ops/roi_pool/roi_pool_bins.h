@@ -67,10 +67,11 @@ OPKILN_HD Max<Acc> window_max(Max<Acc> best, Span rows, Span cols, std::int64_t 
   Acc value = best.value;
   std::int32_t index = best.index;
   for (std::int64_t h = rows.lo; h < rows.hi; ++h) {
+    const std::int64_t row = h * width;
     for (std::int64_t w = cols.lo; w < cols.hi; ++w) {
-      const Acc v = load(h * width + w);
+      const Acc v = load(row + w);
       const std::int32_t take = -static_cast<std::int32_t>(v > value);  // all ones or zero (NaN: zero)
-      index = (index & ~take) | (static_cast<std::int32_t>(h * width + w) & take);
+      index ^= (index ^ static_cast<std::int32_t>(row + w)) & take;     // take ? row + w : index
       value = value < v ? v : value;
     }
   }
