@@ -35,7 +35,7 @@ VERSION = re.compile(r"[0-9]+(\.[0-9]+){0,4}((a|b|rc)[0-9]+)?(\.post[0-9]+)?(\.d
 URL = re.compile(r"https?://[^\s\"'<>\\]{1,300}")
 RELATIVE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_./-]{0,199}")
 KNOWN = ("package", "namespace", "build", "libraries", "abi", "version", "version-file", "index-url", "matrix",
-         "schema-sources")
+         "schema-sources", "install-samples")
 
 # TOML basic strings: any character but surrogates and control characters (json.dumps escapes " and \).
 _text = st.text(st.characters(codec="utf-8", exclude_categories=("Cs", "Cc")), max_size=70)
@@ -81,6 +81,8 @@ BAD_VALUES: dict[str, st.SearchStrategy[Any]] = {
     "index-url": st.one_of(_bad_string(URL), st.sampled_from(["ftp://example.org/wheels", "file:///srv/wheels",
                                                                "https://example.org/a b"]), _not_a_string),
     "matrix": st.one_of(_bad_string(RELATIVE), _outside, _missing, _not_a_string),
+    # Only where it is used must it exist (kiln_tool.op_smoke): a missing file is no table error.
+    "install-samples": st.one_of(_bad_string(RELATIVE), _outside, _not_a_string),
     "schema-sources": st.one_of(
         st.lists(st.sampled_from(["/abs/*.cpp", "../*.cpp", " csrc/*.cpp", "csrc/\"x\".cpp"]), min_size=1,
                  max_size=2, unique=True),
