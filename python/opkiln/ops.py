@@ -361,6 +361,14 @@ def _cat(tensors: list[Tensor]) -> Tensor:
     return tensors[0] if len(tensors) == 1 else torch.cat(tensors, dim=0)
 
 
+def _rois(boxes: Tensor | list[Tensor]) -> Tensor:
+    # The [K, 5] rois of torchvision's two box forms, checked as torchvision checks them.
+    _check_roi_boxes_shape(boxes)
+    if isinstance(boxes, Tensor):
+        return boxes
+    return _boxes_to_rois(boxes)
+
+
 def _boxes_to_rois(boxes: list[Tensor]) -> Tensor:
     # torchvision.ops._utils.convert_boxes_to_roi_format: boxes[i] belong to image i.
     concat = _cat(list(boxes))
@@ -393,8 +401,7 @@ def roi_align(input: Tensor, boxes: Union[Tensor, list[Tensor]],  # noqa: UP007 
     empty result, as in torchvision; a negative one is a ValueError. Quantized tensors:
     NotImplementedError (dequantize first).
     """
-    _check_roi_boxes_shape(boxes)
-    rois = boxes if isinstance(boxes, Tensor) else _boxes_to_rois(boxes)
+    rois = _rois(boxes)
     pooled_height, pooled_width = _pair(output_size)
     # Arguments go to the op as they are (a float output size is the dispatcher's error, as in torchvision).
     out: Tensor = torch.ops.opkiln.roi_align(input, rois, spatial_scale, pooled_height, pooled_width, sampling_ratio,
@@ -502,8 +509,7 @@ def roi_pool(input: Tensor, boxes: Union[Tensor, list[Tensor]],  # noqa: UP007 (
     index outside ``[0, N)`` (torchvision reads out of bounds), ValueError for a negative output
     size. Under ``torch.autocast`` it runs in float32 and casts back, as torchvision does.
     """
-    _check_roi_boxes_shape(boxes)
-    rois = boxes if isinstance(boxes, Tensor) else _boxes_to_rois(boxes)
+    rois = _rois(boxes)
     pooled_height, pooled_width = _pair(output_size)
     out: tuple[Tensor, Tensor] = torch.ops.opkiln.roi_pool(input, rois, spatial_scale, pooled_height, pooled_width)
     return out[0]
@@ -597,10 +603,7 @@ def ps_roi_align(input: Tensor, boxes: Tensor, output_size: int, spatial_scale: 
     and the process dies); a batch index outside ``[0, N)`` is a ValueError naming the roi (torchvision
     reads out of bounds). Errors otherwise as :func:`roi_align`'s; autocast as torchvision's.
     """
-    _check_roi_boxes_shape(boxes)
-    rois = boxes
-    if not isinstance(rois, Tensor):
-        rois = _boxes_to_rois(rois)
+    rois = _rois(boxes)
     pooled_height, pooled_width = _pair(output_size)
     out: tuple[Tensor, Tensor] = torch.ops.opkiln.ps_roi_align(input, rois, spatial_scale, pooled_height,
                                                                pooled_width, sampling_ratio)
@@ -634,10 +637,7 @@ def ps_roi_pool(input: Tensor, boxes: Tensor, output_size: int, spatial_scale: f
     backward to ``[0, H]`` and ``[0, W]``. Differentiable in ``input``; no double backward. Differences
     from torchvision as :func:`ps_roi_align`'s (torchvision's CPU kernel refuses float16 and bfloat16).
     """
-    _check_roi_boxes_shape(boxes)
-    rois = boxes
-    if not isinstance(rois, Tensor):
-        rois = _boxes_to_rois(rois)
+    rois = _rois(boxes)
     pooled_height, pooled_width = _pair(output_size)
     out: tuple[Tensor, Tensor] = torch.ops.opkiln.ps_roi_pool(input, rois, spatial_scale, pooled_height,
                                                               pooled_width)
