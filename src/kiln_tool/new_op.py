@@ -51,6 +51,9 @@ def _cxx_keywords() -> frozenset[str]:
 CXX_KEYWORDS = _cxx_keywords()
 
 # Folders of ops/ that are not ops, and names the binding's namespace or the facade already use.
+# kiln new-op scaffolds an op into opkiln's op tree (ops/<op>/, ops/facade/, the wrappers' module below); a
+# project of another layout writes its ops itself (docs/adding-an-op.md).
+OPS_PY = Path("python", "opkiln", "ops.py")
 RESERVED = frozenset({"common", "facade", "kernels", "opkiln", "ops", "torch", "stable", "cuda", "cpu", "at", "c10",
                       "std"})
 
@@ -127,7 +130,7 @@ def validate_name(name: str, root: Path) -> None:
              if p.exists()]
     if taken:
         raise NewOpError(f"{', '.join(taken)} exists already")
-    ops_py = root / "python" / "opkiln" / "ops.py"
+    ops_py = root / OPS_PY
     if name in _module_names(ops_py.read_text()):
         raise NewOpError(f"python/opkiln/ops.py already defines {name!r}")
 
@@ -420,7 +423,7 @@ def _ps_roi_plan(name: str, root: Path, schema: str | None) -> Plan:
         folder / "binding.cpp": _wrap(_render("ps_roi_binding.cpp.tmpl", **values)),
         root / "tests" / "ops" / f"test_{name}.py": _wrap(_render("ps_roi_test.py.tmpl", **values)),
     }
-    ops_py = root / "python" / "opkiln" / "ops.py"
+    ops_py = root / OPS_PY
     parsed = parse_schema(forward, CXX_KEYWORDS)
     text = _add_to_docstring(_add_to_all(_add_to_all(ops_py.read_text(), name), pascal), parsed, True)
     text = text.rstrip("\n") + "\n" + _wrap(_render("ps_roi_ops_section.py.tmpl", **values))
@@ -431,7 +434,7 @@ def plan(name: str, root: Path, schema: str | None = None, backward: bool = Fals
     """Validates `name` (and `schema`, default NAME(Tensor x) -> Tensor) and renders every file of an op of
     `kind` (KINDS); writes nothing."""
     root = root.resolve()
-    if not (root / "ops" / "facade" / "facade.h").is_file() or not (root / "python" / "opkiln" / "ops.py").is_file():
+    if not (root / "ops" / "facade" / "facade.h").is_file() or not (root / OPS_PY).is_file():
         raise NewOpError(f"{root} is not an opkiln checkout (no ops/facade/facade.h or python/opkiln/ops.py)")
     validate_name(name, root)
     if kind not in KINDS:
@@ -453,7 +456,7 @@ def plan(name: str, root: Path, schema: str | None = None, backward: bool = Fals
         folder / "binding.cpp": _wrap(_render("binding.cpp.tmpl", **values)),
         root / "tests" / "ops" / f"test_{name}.py": _wrap(_render("test_op.py.tmpl", **values)),
     }
-    ops_py = root / "python" / "opkiln" / "ops.py"
+    ops_py = root / OPS_PY
     text = _add_to_docstring(_add_to_all(ops_py.read_text(), name), s, backward)
     text = text.rstrip("\n") + "\n" + _wrap(_render("ops_section.py.tmpl", **values))
     return Plan(root, name, new_files, ops_py, text)
