@@ -114,6 +114,16 @@ bench: bench-venv
 	$(KILN) wheels --matrix local --install-into $(VENV)
 	$(VPY) benchmarks/run_all.py --out benchmarks/results $(BENCH_ARGS)
 
+# torchvision-suite: torchvision's own test_ops.py (TV_TESTS = its test/ folder, not part of this repo) with
+# opkiln's ops substituted, on the CPU, in TV_PYTHON's venv (torch, torchvision, pytest, numpy, pillow and an
+# opkiln wheel); TV_CLASSES=PSRoIAlign,PSRoIPool narrows it. See docs/torchvision-compat.md.
+.PHONY: torchvision-suite
+TV_PYTHON ?= $(VPY)
+TV_CLASSES ?= NMS,RoIAlign,RoIPool,PSRoIAlign,PSRoIPool
+torchvision-suite:
+	@test -n "$(TV_TESTS)" || { echo "make torchvision-suite: set TV_TESTS to torchvision's test/ folder" >&2; exit 2; }
+	$(TV_PYTHON) scripts/torchvision_suite.py --tests "$(TV_TESTS)" --python "$(TV_PYTHON)" --classes "$(TV_CLASSES)"
+
 # gpu-carry: what scripts/gpu_check.sh needs on a GPU machine without network, in
 # .gpu_carry/ (ignored by git; name it in the device tool's `carry`): wheels of the
 # build tools that machine lacks, and the stable-ABI wheels built here.
