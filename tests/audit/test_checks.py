@@ -241,7 +241,8 @@ def test_wheel_tag_torch_pin_and_floor(corpus: Corpus, tmp_path: Path) -> None:
     module = {f"kilntest/clean{PY_SUFFIX}": corpus[f"clean{PY_SUFFIX}"].read_bytes()}
     good = make_wheel(tmp_path, module, version=f"0.1.0+pt{major}{minor}cpu", build_info=info,
                       requires=(f"torch=={public}",))
-    assert {c.id: c for c in audit_paths([good]).artifacts[0].checks if not c.finding}["wheel-tag"].ok
+    tag = {c.id: c for c in audit_paths([good]).artifacts[0].checks if not c.finding}["wheel-tag"]
+    assert tag.ok and tag.detail == "tags, version, torch pin and binaries agree"
     (loose := tmp_path / "loose").mkdir()
     wheel = make_wheel(loose, module, version=f"0.1.0+pt{major}{minor}cpu", build_info=info,
                        requires=(f"torch>={public}",), tag="cp311-cp311-manylinux_2_17_x86_64")

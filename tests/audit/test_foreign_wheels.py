@@ -46,6 +46,10 @@ def libs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
         "cxx.so": _build(tmp, "cxx.so", CXX, f"-L{TORCH_LIB}", "-lc10"),
         # links libc10.so but binds none of its C++ symbols (as a LibTorch stable-ABI library's C shims do)
         "linked.so": _build(tmp, "linked.so", PLAIN, f"-L{TORCH_LIB}", "-Wl,--no-as-needed", "-lc10"),
+        # links two of torch's libraries
+        "both.so": _build(tmp, "both.so", PLAIN, f"-L{TORCH_LIB}", "-Wl,--no-as-needed", "-lc10", "-ltorch_cpu"),
+        # links nothing of torch
+        "plain.so": _build(tmp, "plain.so", PLAIN),
     }
     for name, needed in (("blas.so", "libkilnblas.so.1"), ("grafted.so", "libcudart-1a2b3c4d.so.12"),
                          ("user.so", "linked.so")):
@@ -172,3 +176,63 @@ def test_without_torch_no_torch_assumption_applies(libs: dict[str, bytes], tmp_p
     alone = _audit(tmp_path / "c", {"kilntest/linked.so": libs["linked.so"]}, ("torch==2.13.0",))
     (exports,) = [c for c in alone.libraries[0].checks if c.id == "exports"]
     assert exports.detail.startswith("op library (torch.ops.load_library) kilntest/linked.so exports"), exports.detail
+
+
+FIX = ("declare the torch the binaries were built against in Requires-Dist: torch==X.Y.* for torch's C++ ABI "
+       "(it changes every minor), torch>=X.Y for the LibTorch stable ABI only.")
+
+
+def test_no_torch_requirement_names_the_wheel_what_links_torch_and_the_fix(libs: dict[str, bytes],
+                                                                          tmp_path: Path) -> None:
+    """The finding names the wheel file, the first library linking torch (and how many more do), every torch
+    library that one links, and the fix."""
+    artifact = _audit(tmp_path, {"kilntest/a.so": libs["both.so"], "kilntest/b.so": libs["cxx.so"]})
+    pin = _failed(artifact)[("wheel-tag", "torch-pin")]
+    assert pin.detail == (f"kilntest-0.1.0-{TAG}.whl: METADATA requires no torch, but kilntest/a.so (and 1 more) "
+                          "links libc10.so, libtorch_cpu.so: pip installs it beside any torch (or none), where it "
+                          "fails to load.")
+    assert pin.fix == FIX
+
+
+def test_a_wide_pin_names_the_wheel_the_minors_it_allows_and_the_fix(libs: dict[str, bytes], tmp_path: Path) -> None:
+    from kiln_tool.audit.target import torch_version_at
+
+    version = torch_version_at(TORCH_LIB)
+    artifact = _audit(tmp_path, {"kilntest/cxx.so": libs["cxx.so"]}, ("torch>=2.13",))
+    pin = _failed(artifact)[("wheel-tag", "torch-pin")]
+    assert pin.severity == "error"
+    assert pin.detail == (f"kilntest-0.1.0-{TAG}.whl: torch requirement 'torch>=2.13' allows 2.14.0 (the target "
+                          f"torch {version}, chosen by that requirement), but kilntest/cxx.so uses 1 symbol(s) of "
+                          "torch's C++ ABI, which changes every minor: it fails to load (undefined symbol) on another "
+                          "minor.")
+    assert pin.fix == FIX
+
+
+@pytest.mark.parametrize(("requirement", "finding"), [("torch>=9.0", True), ("torch>9.0,<9.1", False)])
+def test_without_a_target_torch_only_an_open_upper_bound_is_judged(libs: dict[str, bytes], tmp_path: Path,
+                                                                   requirement: str, finding: bool) -> None:
+    """No torch the requirement selects is installed or recorded: a pin with no upper bound still admits every later
+    minor; a bounded one cannot be compared with a torch, so it is no finding."""
+    artifact = _audit(tmp_path, {"kilntest/cxx.so": libs["cxx.so"]}, (requirement,))
+    pin = _failed(artifact).get(("wheel-tag", "torch-pin"))
+    if not finding:
+        assert pin is None, pin
+        return
+    assert pin is not None and pin.detail == (
+        f"kilntest-0.1.0-{TAG}.whl: torch requirement 'torch>=9.0' allows any later torch (no upper bound), but "
+        "kilntest/cxx.so uses 1 symbol(s) of torch's C++ ABI, which changes every minor: it fails to load (undefined "
+        "symbol) on another minor.")
+
+
+def test_a_kiln_build_for_a_torch_keeps_the_torch_floor_without_a_requirement_or_link(libs: dict[str, bytes],
+                                                                                      tmp_path: Path) -> None:
+    """Build info naming a torch (not installed here) says torch applies even where METADATA requires none and no
+    binary links it: the missing pin is an error and the floor is unknown, not "does not apply"."""
+    info = {"version": "0.1.0", "python_tag": "cp311", "cuda": None, "torch_version": "9.9.0+cpu",
+            "abi_mode": "torch", "cuda_tag": "cpu"}
+    artifact = _audit(tmp_path, {"kilntest/plain.so": libs["plain.so"]}, (), build_info=info)
+    found = _failed(artifact)
+    assert "METADATA has no torch requirement, but the binaries only work with torch 9.9.0" in \
+        found[("wheel-tag", "")].detail
+    assert ("wheel-tag", "floor-unknown") in found
+    assert "does not apply" not in " ".join(c.detail for _, c in artifact.rows())
