@@ -5,7 +5,9 @@ namespace the build info lists that no library registers, a library that links t
 
 from __future__ import annotations
 
+import io
 import shutil
+import struct
 import subprocess
 from pathlib import Path
 
@@ -119,15 +121,17 @@ def _gxx(tmp: Path, name: str, source: str, *flags: str) -> Path:
 
 
 def _many_refs(apis: int) -> str:
-    """TORCH_LIBRARY and a fragment of one namespace, and ``apis`` more registration API functions called."""
+    """TORCH_LIBRARY of two namespaces and a fragment of one, and ``apis`` more registration API functions called."""
     names = [f"aoti_torch_library_init_{chr(ord('a') + i)}" for i in range(apis)]
     return ("""
 namespace torch { struct Library; namespace detail {
 struct TorchLibraryInit { TorchLibraryInit(int kind, void (*fn)(Library&), const char* ns); };
 } }
 static void TORCH_LIBRARY_init_many(torch::Library&) {}
+static void TORCH_LIBRARY_init_more(torch::Library&) {}
 static void TORCH_LIBRARY_FRAGMENT_init_many_1(torch::Library&) {}
 static const torch::detail::TorchLibraryInit a(0, &TORCH_LIBRARY_init_many, "many");
+static const torch::detail::TorchLibraryInit c(0, &TORCH_LIBRARY_init_more, "more");
 static const torch::detail::TorchLibraryInit b(1, &TORCH_LIBRARY_FRAGMENT_init_many_1, "many");
 """ + "".join(f'extern "C" void {n}();\n' for n in names)
             + '__attribute__((visibility("default"))) void kiln_all() {' + "".join(f" {n}();" for n in names) + " }\n")
@@ -142,7 +146,7 @@ def test_several_macros_and_apis_are_each_named(tmp_path: Path, apis: int, shown
     check = _registration(_gxx(tmp_path, "libmany.so", _many_refs(apis)))
     assert check is not None and check.ok
     assert check.detail == (f"registration initializers present ({apis + 1} registration API symbol(s) referenced: "
-                            f"{INIT_API}, {shown}; TORCH_LIBRARY many; TORCH_LIBRARY_FRAGMENT many)")
+                            f"{INIT_API}, {shown}; TORCH_LIBRARY many, more; TORCH_LIBRARY_FRAGMENT many)")
 
 
 @pytest.mark.skipif(shutil.which("gcc") is None or not (TORCH_LIB / "libc10.so").exists(),
@@ -278,3 +282,30 @@ def test_a_stripped_registering_library_names_only_its_api_symbols(stripped: byt
     check = _registration(lib)
     assert check is not None and check.ok
     assert check.detail == f"registration initializers present (1 registration API symbol(s) referenced: {INIT_API})"
+
+
+def _damaged_symtab(data: bytes) -> bytes:
+    """``data`` (a 64-bit little-endian ELF) with the name of the last .symtab entry pointing past its string table
+    (the sections themselves in bounds). The dynamic symbols, where the registration API is referenced, are
+    intact."""
+    from elftools.elf.elffile import ELFFile
+
+    (symtab,) = [s for s in ELFFile(io.BytesIO(data)).iter_sections() if s["sh_type"] == "SHT_SYMTAB"]
+    last = symtab["sh_offset"] + symtab["sh_size"] - symtab["sh_entsize"]
+    damaged = bytearray(data)
+    struct.pack_into("<I", damaged, last, 0x7FFFFFFF)  # Elf64_Sym.st_name
+    return bytes(damaged)
+
+
+def test_a_registering_library_with_a_damaged_symtab_is_judged_as_a_stripped_one(corpus: Corpus,
+                                                                                  tmp_path: Path) -> None:
+    """Its init functions cannot be read: its namespace is known from the build info's ops, as for a stripped
+    library, and the library's verdict names only its API symbols; neither raises."""
+    damaged = _damaged_symtab(corpus["libregister.so"].read_bytes())
+    wheel = make_wheel(tmp_path, {"kilntest/liba.so": damaged}, build_info={"ops": ["kilntest::twice"]})
+    (artifact,) = audit_paths([wheel]).artifacts
+    (check,) = [c for c in artifact.checks if c.id == "registration"]
+    assert check.ok and check.detail == "namespaces: kilntest (kilntest/liba.so)"
+    (library,) = [c for c in artifact.libraries[0].checks if c.id == "registration"]
+    assert library.ok
+    assert library.detail == f"registration initializers present (1 registration API symbol(s) referenced: {INIT_API})"
