@@ -6,6 +6,8 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
+#include <utility>
 #include <vector>
 
 #include "common/cpu_planes.h"
@@ -34,6 +36,37 @@ auto load_roi(const T* rois, std::int64_t k, const RoiFamilyGeometry& g) {
 // = true`: its taps are then stored one per bin, with no per-bin index list to walk.
 template <typename Op>
 constexpr bool kOneTap = requires { requires Op::kOneTap; };
+
+// How many channel planes the forward folds side by side (independent folds the CPU overlaps, and a
+// tap read once for all of them): an op may say with `static constexpr int kPlanes`.
+template <typename Op>
+constexpr int kPlanes = [] {
+  if constexpr (requires { Op::kPlanes; }) {
+    return int{Op::kPlanes};
+  } else {
+    return 4;
+  }
+}();
+
+// G copies of Op::start(roi).
+template <typename Op, int G, typename Roi>
+auto start_planes(const Roi& roi) {
+  return [&]<std::size_t... I>(std::index_sequence<I...>) {
+    return std::array<decltype(Op::start(roi)), G>{((void)I, Op::start(roi))...};
+  }(std::make_index_sequence<G>{});
+}
+
+// One tap folded into the states of G planes (load(i, offset): plane i's value): the op's own
+// `fold_planes<G>(states, tap, load)` where it has one (a loop that interleaves the planes, for a
+// tap that is itself a loop: roi_pool's window), else its fold per plane.
+template <typename Op, int G, typename State, typename Tap, typename Load>
+void fold_planes(std::array<State, G>& state, const Tap& tap, const Load& load) {
+  if constexpr (requires { Op::template fold_planes<G>(state, tap, load); }) {
+    Op::template fold_planes<G>(state, tap, load);
+  } else {
+    for (int i = 0; i < G; ++i) Op::fold(state[i], tap, [&load, i](std::int64_t o) { return load(i, o); });
+  }
+}
 
 // The taps of every bin of a roi, bin after bin: bin i's are taps[first[i] .. first[i + 1]);
 // for a kOneTap op, bin i's is taps[i] (first stays empty).
@@ -83,21 +116,29 @@ void roi_family_forward_cpu(ScalarKind kind, const RoiFamilyGeometry& g, const v
       taps.build(roi, g, roi_family_cpu::InStorage<T>{});
       const auto* tap = taps.taps.data();  // locals: the stores below cannot make the compiler reload them
       const std::size_t* first = taps.first.data();
-      for (std::int64_t c = c_begin; c < c_end; ++c) {
+      // kPlanes channels at a time, then one: each channel's fold is the same as alone.
+      const auto planes = [&]<int G>(std::int64_t c) {
         const T* p = in + (roi.batch * g.channels + c) * plane;
-        const auto load = [p](std::int64_t o) { return C::load(p[o]); };
+        const auto load = [p, plane](int i, std::int64_t o) { return C::load(p[i * plane + o]); };
         for (std::int64_t bin = 0; bin < bins; ++bin, ++at) {
-          auto state = Op::start(roi);
+          auto state = roi_family_cpu::start_planes<Op, G>(roi);  // (no default constructor asked of State)
           if constexpr (roi_family_cpu::kOneTap<Op>) {
-            Op::fold(state, tap[bin], load);
+            roi_family_cpu::fold_planes<Op, G>(state, tap[bin], load);
           } else {
-            for (std::size_t t = first[bin]; t < first[bin + 1]; ++t) Op::fold(state, tap[t], load);
+            for (std::size_t t = first[bin]; t < first[bin + 1]; ++t) roi_family_cpu::fold_planes<Op, G>(state, tap[t], load);
           }
-          const RoiValue<Acc> v = Op::finish(roi, state);
-          out[at] = C::store(v.value);
-          if constexpr (Op::kIndex) index[at] = v.index;
+          for (int i = 0; i < G; ++i) {
+            const RoiValue<Acc> v = Op::finish(roi, state[i]);
+            out[at + i * bins] = C::store(v.value);
+            if constexpr (Op::kIndex) index[at + i * bins] = v.index;
+          }
         }
-      }
+        at += (G - 1) * bins;
+      };
+      constexpr int kGroup = roi_family_cpu::kPlanes<Op>;
+      std::int64_t c = c_begin;
+      for (; c + kGroup <= c_end; c += kGroup) planes.template operator()<kGroup>(c);
+      for (; c < c_end; ++c) planes.template operator()<1>(c);
     });
   });
 }

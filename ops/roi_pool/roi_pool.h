@@ -31,7 +31,9 @@
 #pragma once
 
 #include <cfloat>
+#include <array>
 #include <cstdint>
+#include <type_traits>
 
 #include "common/host_device.h"
 #include "common/roi_family.h"
@@ -42,6 +44,7 @@ namespace opkiln::kernels {
 struct RoiPool {
   static constexpr bool kIndex = true;  // argmax; the family's backward adds grad there
   static constexpr bool kOneTap = true;  // a bin is one window (common/roi_family_cpu.h)
+  static constexpr int kPlanes = 8;
 
   template <typename Acc>
   using Roi = roi_pool_bins::Roi<Acc>;
@@ -77,6 +80,18 @@ struct RoiPool {
   OPKILN_HD static void fold(State<Acc>& best, const Tap<Acc>& t, Load&& load) {
     best = roi_pool_bins::window_max(best, t.rows, t.cols, t.width, load);
   }
+
+  // The CPU forward's window over G channel planes at once (common/roi_family_cpu.h).
+#if !defined(__CUDACC__)
+  template <int G, typename Acc, typename Load>
+  static void fold_planes(std::array<State<Acc>, G>& best, const Tap<Acc>& t, const Load& load) {
+    if constexpr (G % 4 == 0 && std::is_same_v<Acc, float>) {
+      roi_pool_bins::window_max_vec<G>(best, t.rows, t.cols, t.width, load);
+    } else {
+      roi_pool_bins::window_max_planes<G>(best, t.rows, t.cols, t.width, load);
+    }
+  }
+#endif
 
   template <typename Acc>
   OPKILN_HD static RoiValue<Acc> finish(const Roi<Acc>&, const State<Acc>& best) { return {best.value, best.index}; }

@@ -2,6 +2,7 @@
 // cut every roi into the same windows. Plain C++; host/device qualified under nvcc.
 #pragma once
 
+#include <array>
 #include <cmath>
 #include <cstdint>
 
@@ -77,5 +78,72 @@ OPKILN_HD Max<Acc> window_max(Max<Acc> best, Span rows, Span cols, std::int64_t 
   }
   return {value, index};
 }
+
+// CPU only (common/roi_family_cpu.h folds G channel planes side by side).
+#if !defined(__CUDACC__)
+// window_max of G planes at once (load(i, offset): plane i's value), each plane's exactly as alone:
+// G independent max chains interleaved element by element, so the CPU overlaps them (one plane's
+// chain is a compare and a max per element, latency-bound).
+template <int G, typename Acc, typename Load>
+void window_max_planes(std::array<Max<Acc>, G>& best, Span rows, Span cols, std::int64_t width, Load&& load) {
+  if (rows.hi <= rows.lo || cols.hi <= cols.lo) {
+    for (int i = 0; i < G; ++i) best[i] = {Acc(0), -1};
+    return;
+  }
+  Acc value[G];
+  std::int32_t index[G];
+  for (int i = 0; i < G; ++i) {
+    value[i] = best[i].value;
+    index[i] = best[i].index;
+  }
+  for (std::int64_t h = rows.lo; h < rows.hi; ++h) {
+    const std::int64_t row = h * width;
+    for (std::int64_t w = cols.lo; w < cols.hi; ++w) {
+      const auto at = static_cast<std::int32_t>(row + w);
+      for (int i = 0; i < G; ++i) {
+        const Acc v = load(i, row + w);
+        const std::int32_t take = -static_cast<std::int32_t>(v > value[i]);
+        index[i] ^= (index[i] ^ at) & take;
+        value[i] = value[i] < v ? v : value[i];
+      }
+    }
+  }
+  for (int i = 0; i < G; ++i) best[i] = {value[i], index[i]};
+}
+
+// window_max_planes of G float planes (G a multiple of 4) in vectors of 4 lanes (GCC/Clang vector
+// extensions: SSE on x86-64, NEON on aarch64): lane i is plane i's chain, with the same compare and
+// select per element as window_max, so each plane's result is the same bit for bit.
+template <int G, typename Load>
+void window_max_vec(std::array<Max<float>, G>& best, Span rows, Span cols, std::int64_t width, Load&& load) {
+  static_assert(G % 4 == 0);
+  constexpr int V = G / 4;
+  using F4 = float __attribute__((vector_size(16)));
+  using I4 = std::int32_t __attribute__((vector_size(16)));
+  if (rows.hi <= rows.lo || cols.hi <= cols.lo) {
+    for (auto& b : best) b = {0.0f, -1};
+    return;
+  }
+  F4 value[V];
+  I4 index[V];
+  for (int j = 0; j < V; ++j) {
+    value[j] = F4{best[4 * j].value, best[4 * j + 1].value, best[4 * j + 2].value, best[4 * j + 3].value};
+    index[j] = I4{best[4 * j].index, best[4 * j + 1].index, best[4 * j + 2].index, best[4 * j + 3].index};
+  }
+  for (std::int64_t h = rows.lo; h < rows.hi; ++h) {
+    const std::int64_t row = h * width;
+    for (std::int64_t w = cols.lo; w < cols.hi; ++w) {
+      const std::int64_t o = row + w;
+      for (int j = 0; j < V; ++j) {
+        const F4 v = {load(4 * j, o), load(4 * j + 1, o), load(4 * j + 2, o), load(4 * j + 3, o)};
+        const I4 take = v > value[j];  // all ones or zero per lane (NaN: zero)
+        index[j] ^= (index[j] ^ static_cast<std::int32_t>(o)) & take;
+        value[j] = take ? v : value[j];
+      }
+    }
+  }
+  for (int i = 0; i < G; ++i) best[i] = {value[i / 4][i % 4], index[i / 4][i % 4]};
+}
+#endif
 
 }  // namespace opkiln::kernels::roi_pool_bins
