@@ -58,7 +58,19 @@ RESERVED = frozenset({"common", "facade", "kernels", "opkiln", "ops", "torch", "
                       "std"})
 
 
-KINDS = ("elementwise", "ps-roi")
+# The kinds of op the scaffold knows, each with what `kiln new-op --help` says of it (the CLI's choices).
+KINDS: dict[str, str] = {
+    "elementwise": "any --schema; a kernel over the first tensor's elements; the wrapper and tests in the schema's "
+                   "order (--backward: a backward op to trim)",
+    "rowwise": "a row-wise reduction (normalisation-like) on ops/common/row_reduce.h: the op writes its per-row math "
+               "(a sum over the last dim, then each element); schema rowwise_schemas, --backward optional",
+    "roi": "a member of the (non-position-sensitive) RoI family on ops/common/roi_family.h: the op writes its "
+           "per-bin math; schema roi_schemas (--schema adds int sampling_ratio, bool aligned, an int32 index output); "
+           "torchvision's RoI signature (input, boxes, output_size, spatial_scale, ...); backward always",
+    "ps-roi": "a member of the position-sensitive RoI family on ops/common/ps_roi.h: the op writes its per-bin "
+              "math; schema ps_roi_schemas (--schema adds int sampling_ratio); torchvision.ops.ps_roi_*'s "
+              "signature; backward always",
+}
 
 # The position-sensitive RoI family's schemas (ops/common/ps_roi.h, facade/ps_roi.h): the forward's
 # parameters, then its backward's, derived from them, in one place (tests/new_op checks that the
@@ -73,6 +85,26 @@ def ps_roi_schemas(name: str, sampling_ratio: bool) -> tuple[str, str]:
     backward_params = params.replace("Tensor input, Tensor rois,", "Tensor grad, Tensor rois, Tensor channel_mapping,")
     return (f"{name}({params}) -> (Tensor, Tensor)",
             f"_{name}_backward({backward_params}, int batch_size, int channels, int height, int width) -> Tensor")
+
+
+# The RoI family's schemas (ops/common/roi_family.h, facade/roi_family.h), in one place: the forward's
+# parameters (the optional ones are RoiFamilyArgs' fields), an int32 index output for an Op::kIndex op,
+# and the backward's parameters derived from them (tests/new_op checks that the family's ops register
+# exactly these, and that the Python registrations agree with them).
+ROI_PARAMS = "Tensor input, Tensor rois, float spatial_scale, int pooled_height, int pooled_width"
+ROI_EXTRAS = ("int sampling_ratio", "bool aligned")
+
+
+def roi_schemas(name: str, sampling_ratio: bool = False, aligned: bool = False,
+                index: str | None = None) -> tuple[str, str]:
+    """The forward and backward schemas of the RoI-family member `name`; index: the name of its int32
+    index output (an Op::kIndex op: the element a bin chose), None for none."""
+    extras = [p for p, on in zip(ROI_EXTRAS, (sampling_ratio, aligned), strict=True) if on]
+    params = ", ".join([ROI_PARAMS, *extras])
+    backward_params = params.replace("Tensor input, Tensor rois,",
+                                     "Tensor grad, Tensor rois," + (f" Tensor {index}," if index else ""))
+    return (f"{name}({params}) -> {'(Tensor, Tensor)' if index else 'Tensor'}",
+            f"_{name}_backward({backward_params}, int batch, int channels, int height, int width) -> Tensor")
 
 
 class NewOpError(ValueError):
@@ -181,10 +213,21 @@ def _wrap(text: str, width: int = WIDTH) -> str:
 
 
 def _cxx_string(text: str, indent: str, width: int = WIDTH) -> str:
-    """A C++ string literal of `text`, as adjacent literals that fit `width` after `indent`."""
+    """A C++ string literal of `text`, as adjacent literals that fit `width` after `indent`, split after a
+    space where there is one."""
     room = width - len(indent) - 8
-    parts = [text[i:i + room] for i in range(0, len(text), room)]
+    parts: list[str] = []
+    while len(text) > room:
+        cut = text.rfind(" ", 0, room) + 1 or room
+        parts.append(text[:cut])
+        text = text[cut:]
+    parts.append(text)
     return f"\n{indent}".join(f'"{part}"' for part in parts)
+
+
+def _m_defs(*schemas: str) -> str:
+    """The lines of OPKILN_SCHEMAS(m) { ... } that define `schemas`."""
+    return "\n".join(f"  m.def({_cxx_string(text, ' ' * 8)});" for text in schemas)
 
 
 def _lines(items: list[str], indent: str) -> str:
@@ -402,7 +445,7 @@ def _ps_roi_plan(name: str, root: Path, schema: str | None) -> Plan:
     pascal = "".join(word.capitalize() for word in name.split("_"))
     values = {
         "op": name, "pascal": pascal, "py_class": pascal, "schema": forward,
-        "schemas": f"  m.def({_cxx_string(forward, '        ')});\n  m.def({_cxx_string(backward, '        ')});",
+        "schemas": _m_defs(forward, backward),
         "sr_param": ", std::int64_t sampling_ratio" if sampling_ratio else "",
         "sr_value": "sampling_ratio" if sampling_ratio else "-1",
         "sr_py_param": ", sampling_ratio: int = -1" if sampling_ratio else "",
@@ -413,13 +456,11 @@ def _ps_roi_plan(name: str, root: Path, schema: str | None) -> Plan:
         "sr_sample": "2," if sampling_ratio else "",
     }
     folder = root / "ops" / name
-    driver = {"cpu.cpp": ("CPU", "common/ps_roi_cpu.h"), "cuda.cu": ("CUDA", "common/ps_roi_cuda.cuh")}
     new_files = {
         folder / f"{name}.h": _wrap(_render("ps_roi_op.h.tmpl", **values)),
-        **{folder / f"{name}_{suffix}": (f"// {name}'s {device} kernels: the family's drivers over its per-bin math.\n"
-                                         f'#include "{name}/{name}.h"\n#include "{header}"\n\n'
-                                         f"OPKILN_PS_ROI_{device}({pascal});\n")
-           for suffix, (device, header) in driver.items()},
+        **_driver_files(folder, name, "position-sensitive RoI family", {
+            "cpu.cpp": ("CPU", "common/ps_roi_cpu.h", "OPKILN_PS_ROI_"),
+            "cuda.cu": ("CUDA", "common/ps_roi_cuda.cuh", "OPKILN_PS_ROI_")}),
         folder / "binding.cpp": _wrap(_render("ps_roi_binding.cpp.tmpl", **values)),
         root / "tests" / "ops" / f"test_{name}.py": _wrap(_render("ps_roi_test.py.tmpl", **values)),
     }
@@ -430,17 +471,235 @@ def _ps_roi_plan(name: str, root: Path, schema: str | None) -> Plan:
     return Plan(root, name, new_files, ops_py, text)
 
 
+def _family_schema(text: str) -> Schema:
+    """A family's own schema (ours, so trusted: roi_schemas, rowwise_schemas) as a Schema, without
+    the restrictions --schema has (a leading underscore, `grad`)."""
+    name, rest = text.split("(", 1)
+    params, returns = rest.split(") -> ")
+    args = tuple(Arg(*p.split()) for p in params.split(", "))
+    count = returns.count("Tensor")
+    return Schema(name, args, ("out",) if count == 1 else tuple(f"out{i}" for i in range(count)), text)
+
+
+def _py_params(s: Schema) -> str:
+    return ", ".join(f"{a.name}: {PY_TYPES[a.type]}" for a in s.args)
+
+
+def _cxx_params(s: Schema) -> str:
+    return ", ".join(f"{CXX_TYPES[a.type]} {a.name}" for a in s.args)
+
+
+def _driver_files(folder: Path, name: str, family: str, drivers: dict[str, tuple[str, str, str]],
+                  backward: bool = False) -> dict[Path, str]:
+    """NAME_cpu.cpp and NAME_cuda.cu of a family member: the family's drivers instantiated for its math.
+    drivers: file suffix -> (device, the drivers' header, the instantiating macro's prefix)."""
+    files = {}
+    for suffix, (device, header, macro) in drivers.items():
+        pascal = _pascal(name)
+        lines = [f"{macro}{device}({pascal});"] + ([f"{macro}BACKWARD_{device}({pascal});"] if backward else [])
+        files[folder / f"{name}_{suffix}"] = (f"// {name}'s {device} kernels: the {family}'s drivers over its math.\n"
+                                              f'#include "{name}/{name}.h"\n#include "{header}"\n\n'
+                                              + "\n".join(lines) + "\n")
+    return files
+
+
+def _pascal(name: str) -> str:
+    return "".join(word.capitalize() for word in name.split("_"))
+
+
+def _updated_ops_py(root: Path, names: list[str], forward: Schema, backward: bool, section: str) -> str:
+    """ops.py with `names` in __all__, a docstring bullet for `forward`, and `section` appended."""
+    text = (root / OPS_PY).read_text()
+    for n in names:
+        text = _add_to_all(text, n)
+    text = _add_to_docstring(text, forward, backward)
+    return text.rstrip("\n") + "\n" + _wrap(section)
+
+
+def _roi_variant(name: str, schema: str | None) -> tuple[bool, bool, str | None]:
+    """Which of the family's schemas --schema names: (sampling_ratio, aligned, index name)."""
+    if schema is None:
+        return False, False, None
+    wanted = " ".join(schema.split())
+    for sampling_ratio in (False, True):
+        for aligned in (False, True):
+            for index in (None, "index"):
+                if roi_schemas(name, sampling_ratio, aligned, index)[0] == wanted:
+                    return sampling_ratio, aligned, index
+    raise NewOpError(f"an roi op takes the family's schema: {roi_schemas(name)[0]!r}, optionally with ', int "
+                     f"sampling_ratio' and then ', bool aligned' after pooled_width, and '-> (Tensor, Tensor)' for "
+                     f"an int32 index output (another parameter needs a field of facade/roi_family.h's RoiFamilyArgs "
+                     f"first)")
+
+
+def _roi_plan(name: str, root: Path, schema: str | None) -> Plan:
+    """An RoI-family op: its per-bin math skeleton, the family's binding, a wrapper and tests in
+    torchvision's RoI signature; every parameter list comes from roi_schemas."""
+    sampling_ratio, aligned, index = _roi_variant(name, schema)
+    forward_text, backward_text = roi_schemas(name, sampling_ratio, aligned, index)
+    fwd, bwd = _family_schema(forward_text), _family_schema(backward_text)
+    pascal = _pascal(name)
+    extras = fwd.args[5:]  # after pooled_width: what RoiFamilyArgs takes next
+    defaults = {"sampling_ratio": "-1", "aligned": "False"}
+    family_args = "spatial_scale, pooled_height, pooled_width"  # RoiFamilyArgs' fields, in order
+    if aligned:
+        family_args += f", {'sampling_ratio' if sampling_ratio else '-1'}, aligned"
+    elif sampling_ratio:
+        family_args += ", sampling_ratio"
+    grad_scatter = "" if index else """
+  // The backward through the taps (the family calls these for a kIndex = false op): the bin's
+  // gradient, then add(offset, value) into the roi's plane for each tap. TODO($op): the adjoint of fold.
+  template <typename Acc>
+  OPKILN_HD static Acc grad(const Roi<Acc>& roi, Acc grad_output) {
+    static_cast<void>(roi);
+    return grad_output * Acc(kNotWritten);
+  }
+
+  template <typename Acc, typename Add>
+  OPKILN_HD static void scatter(const Tap<Acc>& t, Acc grad, Add&& add) { add(t.offset, grad); }
+""".replace("$op", name)
+    values = {
+        "op": name, "pascal": pascal, "schema": forward_text,
+        "index": "true" if index else "false",
+        "index_comment": ("The forward writes an int32 index per element (the element chosen, -1: none);\n  // "
+                          "the family's backward adds grad there." if index else
+                          "No index output: the backward goes through the taps (grad, scatter)."),
+        "index_zero": ", index -1" if index else "", "index_finish": " and its index" if index else "",
+        "grad_scatter": grad_scatter,
+        "schemas": _m_defs(forward_text, backward_text),
+        "index_name": f', "{index}"' if index else "", "index_arg": f"&{index}" if index else "nullptr",
+        "forward_return": "std::tuple<Tensor, Tensor>" if index else "Tensor",
+        "forward_params": _cxx_params(fwd), "backward_params": _cxx_params(bwd), "family_args": family_args,
+        "py_extra_params": "".join(f", {a.name}: {PY_TYPES[a.type]} = {defaults[a.name]}" for a in extras),
+        "py_extra_args": "".join(f", {a.name}" for a in extras),
+        "out_type": "tuple[Tensor, Tensor]" if index else "Tensor", "first": "[0]" if index else "",
+        "init_params": "".join(f", {a.name}: {PY_TYPES[a.type]}" + (" = False" if a.name == "aligned" else "")
+                               for a in extras),
+        "init_body": "".join(f"\n        self.{a.name} = {a.name}" for a in extras),
+        "self_args": "".join(f", self.{a.name}" for a in extras),
+        "repr": "".join(f", {a.name}={{self.{a.name}}}" for a in extras),
+        "py_indent": " " * len(f"def {name}("),
+        "fwd_py_params": _py_params(fwd), "bwd_py_params": _py_params(bwd),
+        "fake_result": "input.new_empty(shape), input.new_empty(shape, dtype=torch.int32)" if index
+                       else "input.new_empty(shape)",
+        "index_fake_check": (f"\n    _check({index}.dtype == torch.int32 and {index}.shape == grad.shape,\n"
+                             f"           lambda: \"opkiln::_{name}_backward: {index} must be int32 of grad's shape\")"
+                             if index else ""),
+        "save_index": ", output[1]" if index else "",
+        "mark_index": "\n    ctx.mark_non_differentiable(output[1])" if index else "",
+        "grad_params": "grad: Tensor, grad_index: Tensor | None" if index else "grad: Tensor",
+        "saved_unpack": f"rois, {index}" if index else "(rois,)", "saved_args": f"rois, {index}" if index else "rois",
+        "extra_sample": "".join({"sampling_ratio": "2, ", "aligned": "True, "}[a.name] for a in extras),
+    }
+    folder = root / "ops" / name
+    new_files = {
+        folder / f"{name}.h": _wrap(_render("roi_op.h.tmpl", **values)),
+        **_driver_files(folder, name, "RoI family", {
+            "cpu.cpp": ("CPU", "common/roi_family_cpu.h", "OPKILN_ROI_FAMILY_"),
+            "cuda.cu": ("CUDA", "common/roi_family_cuda.cuh", "OPKILN_ROI_FAMILY_")}),
+        folder / "binding.cpp": _wrap(_render("roi_binding.cpp.tmpl", **values)),
+        root / "tests" / "ops" / f"test_{name}.py": _wrap(_render("roi_test.py.tmpl", **values)),
+    }
+    text = _updated_ops_py(root, [name, pascal], fwd, True, _render("roi_ops_section.py.tmpl", **values))
+    return Plan(root, name, new_files, root / OPS_PY, text)
+
+
+# The row-wise family's schemas (ops/common/row_reduce.h), in one place: the forward returns y and the
+# per-row statistic it saves; the backward takes what the forward saved after grad and returns the
+# gradients of x and weight.
+ROWWISE_PARAMS = "Tensor x, Tensor weight, float eps"
+
+
+def rowwise_schemas(name: str, backward: bool) -> tuple[str, ...]:
+    """The forward schema of the row-wise member `name`, and its backward's when it has one."""
+    forward = f"{name}({ROWWISE_PARAMS}) -> (Tensor, Tensor)"
+    return (forward, f"_{name}_backward(Tensor grad, Tensor x, Tensor weight, Tensor stat) -> (Tensor, Tensor)") \
+        if backward else (forward,)
+
+
+_ROWWISE_BACKWARD_MATH = """
+  // The backward (g = dL/dy): the row sums grad_term, grad_row makes a per-row coefficient of that
+  // sum, grad_x is dx[c]; dweight[c] is the sum over rows of grad_w. TODO($op): the adjoint of apply.
+  template <typename Acc>
+  OPKILN_HD static Acc grad_term(Acc g, Acc x, Acc w, Acc stat) {
+    static_cast<void>(g), static_cast<void>(x), static_cast<void>(w), static_cast<void>(stat);
+    return Acc(0);
+  }
+
+  template <typename Acc>
+  OPKILN_HD static Acc grad_row(Acc stat, Acc grad_sum, std::int64_t cols) {
+    static_cast<void>(stat), static_cast<void>(cols);
+    return grad_sum;
+  }
+
+  template <typename Acc>
+  OPKILN_HD static Acc grad_x(Acc g, Acc x, Acc w, Acc stat, Acc coef) {
+    static_cast<void>(g), static_cast<void>(x), static_cast<void>(w), static_cast<void>(stat), static_cast<void>(coef);
+    return Acc(kNotWritten);
+  }
+
+  template <typename Acc>
+  OPKILN_HD static Acc grad_w(Acc g, Acc x, Acc stat) {
+    static_cast<void>(g), static_cast<void>(x), static_cast<void>(stat);
+    return Acc(kNotWritten);
+  }
+"""
+
+
+def _rowwise_plan(name: str, root: Path, schema: str | None, backward: bool) -> Plan:
+    """A row-wise reduction op: its per-row math skeleton on common/row_reduce.h, a binding of the
+    family's checks, wrapper and tests; every parameter list comes from rowwise_schemas."""
+    texts = rowwise_schemas(name, backward)
+    if schema is not None and " ".join(schema.split()) != texts[0]:
+        raise NewOpError(f"a rowwise op takes the family's schema: {texts[0]!r} (another parameter needs the "
+                         f"family's drivers, ops/common/row_reduce.h, to take it first)")
+    fwd = _family_schema(texts[0])
+    bwd = _family_schema(texts[1]) if backward else None
+    pascal = _pascal(name)
+    impls = [(name, "forward")] + ([(f"_{name}_backward", "backward")] if backward else [])
+    values = {
+        "op": name, "pascal": pascal, "schema": texts[0],
+        "and_backward": f" and its internal backward opkiln::_{name}_backward" if backward else "",
+        "backward_math": _ROWWISE_BACKWARD_MATH.replace("$op", name) if backward else "",
+        "backward_binding": _render("rowwise_backward_binding.cpp.tmpl", op=name, pascal=pascal) if backward else "",
+        "schemas": _m_defs(*texts),
+        **{f"{dev.lower()}_impls": "\n".join(f'  m.impl("{op}", OPKILN_KERNEL({fn}<DeviceType::{dev}>));'
+                                             for op, fn in impls) for dev in ("CPU", "CUDA")},
+        "fwd_py_params": _py_params(fwd), "bwd_py_params": _py_params(bwd) if bwd else "",
+        "opcheck_grads": '[False, True], ids=["no_grad", "grad"]' if backward else '[False], ids=["no_grad"]',
+    }
+    values["autograd"] = (_render("rowwise_autograd.py.tmpl", **values) if backward
+                          else _render("autograd_none.py.tmpl", op=name))
+    values["backward_tests"] = _render("rowwise_test_backward.py.tmpl" if backward
+                                       else "rowwise_test_no_backward.py.tmpl", op=name)
+    folder = root / "ops" / name
+    new_files = {
+        folder / f"{name}.h": _wrap(_render("rowwise_op.h.tmpl", **values)),
+        **_driver_files(folder, name, "row-wise family", {
+            "cpu.cpp": ("CPU", "common/row_reduce_cpu.h", "OPKILN_ROW_REDUCE_"),
+            "cuda.cu": ("CUDA", "common/row_reduce_cuda.cuh", "OPKILN_ROW_REDUCE_")}, backward),
+        folder / "binding.cpp": _wrap(_render("rowwise_binding.cpp.tmpl", **values)),
+        root / "tests" / "ops" / f"test_{name}.py": _wrap(_render("rowwise_test.py.tmpl", **values)),
+    }
+    text = _updated_ops_py(root, [name], fwd, backward, _render("rowwise_ops_section.py.tmpl", **values))
+    return Plan(root, name, new_files, root / OPS_PY, text)
+
+
 def plan(name: str, root: Path, schema: str | None = None, backward: bool = False, kind: str = "elementwise") -> Plan:
     """Validates `name` (and `schema`, default NAME(Tensor x) -> Tensor) and renders every file of an op of
     `kind` (KINDS); writes nothing."""
     root = root.resolve()
     if not (root / "ops" / "facade" / "facade.h").is_file() or not (root / OPS_PY).is_file():
         raise NewOpError(f"{root} is not an opkiln checkout (no ops/facade/facade.h or python/opkiln/ops.py)")
-    validate_name(name, root)
     if kind not in KINDS:
         raise NewOpError(f"unknown kind {kind!r}; one of {', '.join(KINDS)}")
+    validate_name(name, root)
     if kind == "ps-roi":
         return _ps_roi_plan(name, root, schema)
+    if kind == "roi":
+        return _roi_plan(name, root, schema)
+    if kind == "rowwise":
+        return _rowwise_plan(name, root, schema, backward)
     try:
         s = parse_schema(schema, CXX_KEYWORDS) if schema is not None else parse_schema(f"{name}(Tensor x) -> Tensor")
     except SchemaError as exc:
@@ -486,3 +745,154 @@ def write(p: Plan) -> list[Path]:
             p.ops_py.write_text(original)
         raise
     return [*p.new_files, p.ops_py]
+
+
+# ---------------------------------------------------------------------------- agreement
+# An op's schema is written once (its binding's m.def), but its argument list reappears in the C++
+# kernel functions registered for it and in python/opkiln/ops.py (fake impls, the autograd formula's
+# call of the backward op, its setup). A family kind writes all of them from one function
+# (roi_schemas, ps_roi_schemas, rowwise_schemas); an elementwise op's --backward skeleton is trimmed
+# by hand. `disagreements` finds where these places no longer agree, for every op of a tree.
+
+_CXX_OF = {"Tensor": "const Tensor&", "float": "double", "int": "std::int64_t", "bool": "bool"}
+_MACRO_KERNELS = re.compile(r'\bOPKILN_(?:ROI_FAMILY|PS_ROI|ROI)_KERNELS\(\s*"(\w+)"\s*,\s*"(\w+)"\s*\)')
+
+
+@dataclass(frozen=True)
+class _Def:
+    name: str
+    args: tuple[tuple[str, str], ...]  # (type, name)
+    returns: int
+
+
+def _defs(binding_text: str) -> list[_Def]:
+    """The schemas of a binding's m.def(...) calls (adjacent C++ literals joined)."""
+    out = []
+    for call in re.findall(r"m\.def\((.*?)\);", binding_text, re.DOTALL):
+        text = "".join(re.findall(r'"([^"]*)"', call))
+        m = re.fullmatch(r"(\w+)\((.*)\) -> (.*)", text)
+        if m is None:
+            continue
+        args = tuple((p.split()[0], p.split()[-1]) for p in m.group(2).split(",") if p.strip())
+        out.append(_Def(m.group(1), args, m.group(3).count("Tensor")))
+    return out
+
+
+def _cxx_function_params(text: str, fn: str) -> list[str] | None:
+    """The parameter types of the definition of C++ function `fn` (a template's too) in `text`."""
+    m = re.search(rf"^[\w:<>, ]*?\b{re.escape(fn)}\(([^()]*)\)\s*\{{", text, re.MULTILINE)
+    if m is None:
+        return None
+    params = [p.strip() for p in m.group(1).split(",") if p.strip()]
+    return [" ".join(p.split()[:-1]).replace(" &", "&") for p in params]
+
+
+def _kernel_functions(text: str) -> dict[str, set[str]]:
+    """op -> the C++ functions the binding registers for it."""
+    found: dict[str, set[str]] = {}
+    for op, fn in re.findall(r'm\.impl\(\s*"(\w+)"\s*,\s*OPKILN_KERNEL\(\s*([A-Za-z_]\w*)', text):
+        found.setdefault(op, set()).add(fn)
+    for fwd, bwd in _MACRO_KERNELS.findall(text):
+        found.setdefault(fwd, set()).add("forward")
+        found.setdefault(bwd, set()).add("backward")
+    return found
+
+
+def _literal(node: ast.expr) -> str | None:
+    return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
+
+
+def _binding_disagreements(root: Path, schemas: dict[str, _Def]) -> list[str]:
+    """Fills `schemas` from every binding; the C++ kernel functions whose parameters differ from their op's schema."""
+    problems = []
+    for binding in sorted((root / "ops").glob("*/binding.cpp")):
+        text = binding.read_text()
+        defs = _defs(text)
+        schemas.update((d.name, d) for d in defs)
+        for d in defs:
+            for fn in sorted(_kernel_functions(text).get(d.name, ())):
+                types = _cxx_function_params(text, fn)
+                want = [_CXX_OF.get(t, t) for t, _ in d.args]
+                if types is not None and types != want:
+                    problems.append(f"{binding.relative_to(root)}: {fn}({', '.join(types)}) is registered for {d.name} "
+                                    f"but its schema takes ({', '.join(want)})")
+    return problems
+
+
+def _fake_disagreements(where: str, fn: ast.FunctionDef, schemas: dict[str, _Def]) -> list[str]:
+    problems = []
+    for deco in fn.decorator_list:
+        if not (isinstance(deco, ast.Call) and getattr(deco.func, "id", "") == "_register_fake" and deco.args):
+            continue
+        op = (_literal(deco.args[0]) or "").removeprefix("opkiln::")
+        d = schemas.get(op)
+        if d is None:
+            continue
+        got, want = [a.arg for a in fn.args.args], [n for _, n in d.args]
+        if got != (want if fn.args.vararg is None else want[:len(got)]):
+            problems.append(f"{where}:{fn.lineno}: {fn.name}({', '.join(got)}) is the fake impl of {op}, whose schema "
+                            f"takes ({', '.join(want)})")
+    return problems
+
+
+def _call_disagreements(where: str, node: ast.Call, schemas: dict[str, _Def]) -> list[str]:
+    """torch.ops.opkiln.OP.default(...) with as many arguments as OP's schema (unless some are starred)."""
+    func = node.func
+    if not (isinstance(func, ast.Attribute) and func.attr == "default" and isinstance(func.value, ast.Attribute)
+            and ast.unparse(func.value.value) == "torch.ops.opkiln"):
+        return []
+    d = schemas.get(func.value.attr)
+    if d is None or any(isinstance(a, ast.Starred) for a in node.args) or len(node.args) + len(node.keywords) == \
+            len(d.args):
+        return []
+    return [f"{where}:{node.lineno}: a call of {d.name} passes {len(node.args)} arguments, its schema takes "
+            f"{len(d.args)}"]
+
+
+def _autograd_disagreements(where: str, node: ast.Call, schemas: dict[str, _Def],
+                            functions: dict[str, ast.FunctionDef]) -> list[str]:
+    """register_autograd("opkiln::OP", backward, setup_context=setup): backward takes a gradient per output of
+    OP and returns one per argument; setup unpacks `inputs` into OP's arguments."""
+    if ast.unparse(node.func) != "torch.library.register_autograd" or len(node.args) < 2:
+        return []
+    d = schemas.get((_literal(node.args[0]) or "").removeprefix("opkiln::"))
+    backward = functions.get(getattr(node.args[1], "id", ""))
+    if d is None or backward is None:
+        return []
+    problems = []
+    grads = backward.args.args[1:]
+    if backward.args.vararg is None and len(grads) != d.returns:
+        problems.append(f"{where}:{backward.lineno}: {backward.name} takes {len(grads)} output gradients, {d.name} "
+                        f"returns {d.returns} tensors")
+    for ret in ast.walk(backward):
+        if isinstance(ret, ast.Return) and isinstance(ret.value, ast.Tuple) and \
+                not any(isinstance(e, ast.Starred) for e in ret.value.elts) and len(ret.value.elts) != len(d.args):
+            problems.append(f"{where}:{ret.lineno}: {backward.name} returns {len(ret.value.elts)} gradients, {d.name} "
+                            f"takes {len(d.args)} arguments")
+    setup_names = [getattr(k.value, "id", "") for k in node.keywords if k.arg == "setup_context"]
+    setup = functions.get(setup_names[0]) if setup_names else None
+    for assign in ast.walk(setup) if setup is not None else ():
+        if isinstance(assign, ast.Assign) and ast.unparse(assign.value) == "inputs" and \
+                isinstance(assign.targets[0], ast.Tuple) and len(assign.targets[0].elts) != len(d.args):
+            problems.append(f"{where}:{assign.lineno}: {setup_names[0]} unpacks {len(assign.targets[0].elts)} inputs, "
+                            f"{d.name} takes {len(d.args)} arguments")
+    return problems
+
+
+def disagreements(root: Path) -> list[str]:
+    """Where an op's schema (its binding's m.def) and the places that repeat its arguments disagree:
+    the C++ kernel functions registered for it, its fake impl's parameters, calls of it through
+    torch.ops.opkiln.OP.default(...), its autograd formula's gradients and its setup's unpacking of
+    `inputs`. One line each, 'path: what'."""
+    schemas: dict[str, _Def] = {}
+    problems = _binding_disagreements(root, schemas)
+    tree = ast.parse((root / OPS_PY).read_text())
+    where = OPS_PY.as_posix()
+    functions = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+    for fn in functions.values():
+        problems += _fake_disagreements(where, fn, schemas)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            problems += _call_disagreements(where, node, schemas) + \
+                _autograd_disagreements(where, node, schemas, functions)
+    return problems

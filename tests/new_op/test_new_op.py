@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kiln_tool.cli import main
-from kiln_tool.new_op import CXX_KEYWORDS, NewOpError, existing_ops, plan, write
+from kiln_tool.new_op import CXX_KEYWORDS, NewOpError, disagreements, existing_ops, plan, write
 
 REPO = Path(__file__).resolve().parents[2]
 GENERATED = ["ops/{op}/{op}.h", "ops/{op}/{op}_cpu.cpp", "ops/{op}/{op}_cuda.cu", "ops/{op}/binding.cpp",
@@ -254,7 +254,9 @@ def test_a_refused_schema_writes_nothing(names_tree: Path, text: str) -> None:
     assert _snapshot(names_tree) == before
 
 
-# What a skeleton's tests do before its kernel bodies are written, with and without --backward.
+# What a skeleton's tests do before its kernel bodies are written (failing, passing), by kind; an op whose
+# math is written (tests/new_op/examples) passes every test.
+_ROI_VALUE_TESTS = {"test_matches_reference", "test_gradient_matches_reference", "test_gradcheck"}
 SKELETON_OUTCOMES = {
     "backward": ({"test_matches_reference", "test_non_contiguous_inputs", "test_gradient_matches_reference",
                   "test_gradcheck"},
@@ -262,14 +264,42 @@ SKELETON_OUTCOMES = {
     "default": ({"test_matches_reference", "test_non_contiguous_inputs"},
                 {"test_empty_inputs", "test_opcheck", "test_integer_input_raises",
                  "test_backward_raises_until_written"}),
+    "roi": (_ROI_VALUE_TESTS, {"test_opcheck", "test_input_forms_module_and_fx", "test_empty_rois",
+                               "test_bad_batch_index_raises", "test_double_backward_raises"}),
+    "rowwise": ({"test_matches_reference", "test_edge_shapes", "test_gradient_matches_reference", "test_gradcheck"},
+                {"test_opcheck", "test_bad_input_raises", "test_double_backward_raises"}),
 }
+EXAMPLES = REPO / "tests" / "new_op" / "examples"
+# op -> (new-op arguments, its skeleton's kind in SKELETON_OUTCOMES, or None: its math is written from EXAMPLES)
+SCAFFOLDED: dict[str, tuple[list[str], str | None]] = {
+    "scaffold_pool": (["--backward", "--schema", ROI_POOL.replace("roi_pool", "scaffold_pool")], "backward"),
+    "scaffold_plain": ([], "default"),
+    "scaffold_roi": (["--kind", "roi"], "roi"),
+    "scaffold_row": (["--kind", "rowwise", "--backward"], "rowwise"),
+    "roi_avg_pool": (["--kind", "roi"], None),
+    "row_center": (["--kind", "rowwise", "--backward"], None),
+}
+
+
+def _write_the_math(tree: Path, op: str) -> None:
+    """What a contributor writes after the scaffold: the op's header (its math) and the test's reference."""
+    shutil.copy2(EXAMPLES / f"{op}.h", tree / "ops" / op / f"{op}.h")
+    test = tree / "tests" / "ops" / f"test_{op}.py"
+    text = test.read_text()
+    source = (EXAMPLES / f"{op}_reference.py").read_text()
+    (mine,) = [n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef) and n.name == "reference"]
+    start = text.index("def reference(")
+    end = text.index("\n\n\n", start)
+    test.write_text(text[:start] + (ast.get_source_segment(source, mine) or "") + text[end:])
 
 
 @pytest.mark.slow
 def test_scaffolded_ops_build_and_fail_only_on_their_kernel_bodies(tmp_path: Path) -> None:
-    """Scaffold roi_pool's shape (with --backward) and the default elementwise op into a copy of the
-    tree, build its CPU wheel once (torch 2.13), run the generated tests against it: the value tests
-    fail, everything else passes."""
+    """Scaffold an op of each kind into a copy of the tree (roi_pool's shape with --backward, the default
+    elementwise op, an roi and a rowwise op), and two ops whose math is then written (tests/new_op/examples:
+    roi_avg_pool on the RoI family, row_center on the row-wise one); build the CPU wheel once (torch 2.13)
+    and run the generated tests against it: a skeleton's value tests fail, everything else passes, and the
+    written ops pass every test (values, gradients, gradcheck, opcheck)."""
     from kiln_tool.matrix_data import local_builds
     from kiln_tool.pipeline import build_wheel
     from support.op_layout import violations
@@ -282,11 +312,13 @@ def test_scaffolded_ops_build_and_fail_only_on_their_kernel_bodies(tmp_path: Pat
         if (REPO / rel).is_file() and not rel.startswith("tests/_artifacts"):
             (tree / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(REPO / rel, tree / rel)
-    ops = {"backward": "scaffold_pool", "default": "scaffold_plain"}
-    assert main(["new-op", ops["backward"], "--root", str(tree), "--backward",
-                 "--schema", ROI_POOL.replace("roi_pool", ops["backward"])]) == 0
-    assert main(["new-op", ops["default"], "--root", str(tree)]) == 0
-    assert [str(v) for v in violations(tree)] == [], "the scaffold breaks the op-layout rule"
+    for op, (args, skeleton) in SCAFFOLDED.items():
+        assert main(["new-op", op, "--root", str(tree), *args]) == 0
+        if skeleton is None:
+            _write_the_math(tree, op)
+    # The scaffold adds no violation of the op-layout rule (the tree's own, if any, are test_sources.py's).
+    assert sorted(map(str, violations(tree))) == sorted(map(str, violations(REPO)))
+    assert disagreements(tree) == []
     (spec,) = [s for s in local_builds() if s.cuda == "cpu"]
     wheel = build_wheel(Path(sys.executable), spec, tmp_path / "dist", tmp_path / "build.log", tmp_path / "build",
                         source=tree)
@@ -296,15 +328,20 @@ def test_scaffolded_ops_build_and_fail_only_on_their_kernel_bodies(tmp_path: Pat
     # the installed wheel, and the tree's conftest (which needs the dev venv) stays out of it.
     run = tmp_path / "run"
     shutil.copytree(tree / "tests" / "support", run / "support")
-    for kind, name in ops.items():
-        shutil.copy2(tree / "tests" / "ops" / f"test_{name}.py", run)
-        out = subprocess.run([str(python), "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", f"test_{name}.py"],
-                             cwd=run, capture_output=True, text=True, check=False)
-        report = out.stdout[-4000:] + out.stderr[-2000:]
+    for op in SCAFFOLDED:
+        shutil.copy2(tree / "tests" / "ops" / f"test_{op}.py", run)
+    out = subprocess.run([str(python), "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider",
+                          *(f"test_{op}.py" for op in SCAFFOLDED)], cwd=run, capture_output=True, text=True,
+                         check=False)
+    report = out.stdout[-6000:] + out.stderr[-2000:]
+    for op, (_, skeleton) in SCAFFOLDED.items():
         outcomes: dict[str, set[str]] = {}
-        for outcome, test in re.findall(rf"^(PASSED|FAILED|ERROR) test_{name}\.py::(\w+)", out.stdout,
-                                        re.MULTILINE):
+        for outcome, test in re.findall(rf"^(PASSED|FAILED|ERROR) test_{op}\.py::(\w+)", out.stdout, re.MULTILINE):
             outcomes.setdefault(test, set()).add(outcome)
-        failing, passing = SKELETON_OUTCOMES[kind]
-        assert {t for t, o in outcomes.items() if o != {"PASSED"}} == failing, report
-        assert {t for t, o in outcomes.items() if o == {"PASSED"}} == passing, report
+        failing = {t for t, o in outcomes.items() if o != {"PASSED"}}
+        if skeleton is None:
+            assert outcomes and failing == set(), f"{op}: {report}"
+            continue
+        want_failing, want_passing = SKELETON_OUTCOMES[skeleton]
+        assert failing == want_failing, f"{op}: {report}"
+        assert {t for t, o in outcomes.items() if o == {"PASSED"}} == want_passing, f"{op}: {report}"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
 from pathlib import Path
 
 HELP = "write the folder, Python wrapper and test skeletons of a new op (docs/adding-an-op.md)"
@@ -15,13 +16,20 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                         help='the op\'s schema, e.g. "NAME(Tensor input, Tensor rois, float scale, int size) -> '
                              '(Tensor, Tensor)": Tensor, float, int and bool arguments, one or more Tensor results '
                              '(default: "NAME(Tensor x) -> Tensor")')
-    parser.add_argument("--kind", default="elementwise", choices=["elementwise", "ps-roi"],
-                        help="elementwise (default): any --schema, a kernel over the first tensor's elements; "
-                             "ps-roi: a position-sensitive RoI op on ops/common/ps_roi.h (the family's schema, "
-                             "torchvision's signature; --schema only to add 'int sampling_ratio'; the backward always)")
+    from ..new_op import KINDS
+
+    # Not argparse's `choices`: a bad kind is new-op's one-line error (exit 2) like a bad name or schema.
+    parser.add_argument("--kind", default="elementwise", metavar="{" + ",".join(KINDS) + "}",
+                        help="the shape of op to start from (default: elementwise; each kind below)")
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    width = max(map(len, KINDS)) + 2
+    parser.epilog = "kinds:\n" + "\n".join(
+        textwrap.fill(what, 100, initial_indent=f"  {kind:<{width}}", subsequent_indent=" " * (width + 2))
+        for kind, what in KINDS.items())
     parser.add_argument("--backward", action="store_true",
-                        help="also an internal backward op _NAME_backward (gradient of the first tensor argument), its "
-                             "fake impl, the autograd formula and a double-backward guard")
+                        help="also an internal backward op _NAME_backward, its fake impl, the autograd formula and a "
+                             "double-backward guard (elementwise: the gradient of the first tensor argument; rowwise: "
+                             "of x and weight; roi and ps-roi always have one)")
     parser.add_argument("--root", type=Path, default=None, help="the checkout to write into (default: this one)")
 
 

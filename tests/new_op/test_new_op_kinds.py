@@ -1,0 +1,184 @@
+"""`kiln new-op --kind`: every kind of op the scaffold knows (KINDS), its schemas from one function each,
+and the check that an op's schema and the places that repeat its arguments agree (trimming is checked)."""
+
+from __future__ import annotations
+
+import ast
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kiln_tool.cli import main
+from kiln_tool.new_op import KINDS, NewOpError, disagreements, plan, roi_schemas, rowwise_schemas, write
+
+REPO = Path(__file__).resolve().parents[2]
+OPS_PY = Path("python", "opkiln", "ops.py")
+
+
+def _checkout(root: Path) -> Path:
+    shutil.copytree(REPO / "ops", root / "ops")
+    (root / OPS_PY).parent.mkdir(parents=True)
+    shutil.copy2(REPO / OPS_PY, root / OPS_PY)
+    (root / "tests" / "ops").mkdir(parents=True)
+    return root
+
+
+def _snapshot(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _defs(binding: Path) -> list[str]:
+    return ["".join(re.findall(r'"([^"]*)"', call)) for call in re.findall(r"m\.def\((.*?)\);", binding.read_text(),
+                                                                             re.DOTALL)]
+
+
+def test_help_lists_every_kind_with_what_it_is(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["new-op", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "{" + ",".join(KINDS) + "}" in out
+    for kind, what in KINDS.items():
+        assert f"{kind} {' '.join(what.split())[:40]}" in out
+
+
+@pytest.mark.parametrize(("op", "variant"), [("roi_align", {"sampling_ratio": True, "aligned": True}),
+                                             ("roi_pool", {"index": "argmax"})])
+def test_the_roi_family_registers_the_family_schemas(op: str, variant: dict[str, object]) -> None:
+    assert _defs(REPO / "ops" / op / "binding.cpp") == list(roi_schemas(op, **variant))  # type: ignore[arg-type]
+
+
+def test_the_tree_agrees_with_its_schemas() -> None:
+    assert disagreements(REPO) == []
+
+
+# Every kind and variant the scaffold writes: (kind, --schema or None, --backward).
+ROI_FULL = roi_schemas("demo", sampling_ratio=True, aligned=True, index="index")[0]
+VARIANTS = {
+    "elementwise": ("elementwise", None, False),
+    "elementwise-backward": ("elementwise",
+                             "demo(Tensor input, Tensor rois, float scale, int size) -> (Tensor, Tensor)", True),
+    "rowwise": ("rowwise", None, False),
+    "rowwise-backward": ("rowwise", None, True),
+    "roi": ("roi", None, True),
+    "roi-index-aligned": ("roi", ROI_FULL, True),
+    "ps-roi": ("ps-roi", None, True),
+}
+
+
+@pytest.fixture(scope="module")
+def scaffolded(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    trees = {}
+    for label, (kind, schema, backward) in VARIANTS.items():
+        root = _checkout(tmp_path_factory.mktemp(label) / "tree")
+        write(plan("demo", root, schema, backward, kind))
+        trees[label] = root
+    return trees
+
+
+@pytest.mark.parametrize("label", VARIANTS)
+def test_every_kind_scaffolds_an_op_that_agrees_with_its_schemas(scaffolded: dict[str, Path], label: str) -> None:
+    root = scaffolded[label]
+    assert disagreements(root) == []
+    for path in [*(root / "ops" / "demo").iterdir(), root / "tests" / "ops" / "test_demo.py"]:
+        long = [n for n, line in enumerate(path.read_text().splitlines(), 1)
+                if len(line) > 120 and not line.lstrip().startswith(("//", "#"))]
+        assert long == [], f"{path.name}: lines {long} longer than 120"
+    ast.parse((root / "tests" / "ops" / "test_demo.py").read_text())
+    ast.parse((root / OPS_PY).read_text())
+
+
+def _edit(path: Path, old: str, new: str) -> None:
+    """Replaces `old` in the demo op's part of `path` (ops.py: its section, at the end)."""
+    text = path.read_text()
+    at = text.index("---- demo") if path.name == "ops.py" else 0
+    assert old in text[at:], (path, old)
+    path.write_text(text[:at] + text[at:].replace(old, new, 1))
+
+
+# Trimming in one place only: each edit makes the op disagree with itself, and the check names where.
+TRIMS = {
+    # elementwise --backward: the backward schema loses an argument, the rest does not
+    "schema": ("elementwise-backward", "ops/demo/binding.cpp", '"Tensor out0, Tensor out1) -> Tensor"',
+               '"Tensor out0) -> Tensor"', "ops/demo/binding.cpp: demo_backward_cpu("),
+    "fake impl": ("elementwise-backward", str(OPS_PY), "out0: Tensor, out1: Tensor) -> Tensor:",
+                  "out0: Tensor) -> Tensor:", "_demo_backward_fake(grad_out0"),
+    "gradients": ("elementwise-backward", str(OPS_PY), "return grad_input, None, None, None",
+                  "return grad_input, None, None", "returns 3 gradients"),
+    "setup": ("elementwise-backward", str(OPS_PY), "input, rois, scale, size = inputs", "input, rois, scale = inputs",
+              "unpacks 3 inputs"),
+    "backward call": ("elementwise-backward", str(OPS_PY), "ctx.scalars[1], out0, out1)", "ctx.scalars[1], out0)",
+                      "a call of _demo_backward passes 7 arguments"),
+    "roi binding": ("roi", "ops/demo/binding.cpp", "std::int64_t pooled_width, std::int64_t batch",
+                    "std::int64_t batch", "backward(const Tensor&, const Tensor&, double, std::int64_t, std::int64_t,"),
+    "rowwise fake": ("rowwise-backward", str(OPS_PY), "weight: Tensor, stat: Tensor)", "weight: Tensor)",
+                     "is the fake impl of _demo_backward"),
+}
+
+
+@pytest.mark.parametrize("trim", TRIMS)
+def test_a_trim_in_one_place_is_found(tmp_path: Path, scaffolded: dict[str, Path], trim: str) -> None:
+    label, rel, old, new, said = TRIMS[trim]
+    root = tmp_path / "tree"
+    shutil.copytree(scaffolded[label], root)
+    _edit(root / rel, old, new)
+    found = disagreements(root)
+    assert any(said in f for f in found), found  # the place that disagrees now (others may be named too)
+
+
+def test_roi_schemas_choose_the_families_variants_only(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = _checkout(tmp_path / "tree")
+    before = _snapshot(root)
+    for kind, schema in [("roi", "demo(Tensor input, Tensor rois, float spatial_scale, int pooled_height) -> Tensor"),
+                         ("roi", roi_schemas("demo", aligned=True, sampling_ratio=False)[0].replace("bool", "int")),
+                         ("rowwise", "demo(Tensor x, float eps) -> (Tensor, Tensor)")]:
+        assert main(["new-op", "demo", "--kind", kind, "--root", str(root), "--schema", schema]) == 2
+        err = capsys.readouterr().err
+        assert "the family's schema" in err and err.count("\n") == 1 and "nothing written" in err
+    assert _snapshot(root) == before
+    assert main(["new-op", "demo", "--kind", "roi", "--root", str(root), "--schema", "  " + ROI_FULL]) == 0
+    assert _defs(root / "ops" / "demo" / "binding.cpp") == list(roi_schemas("demo", True, True, "index"))
+    assert rowwise_schemas("demo", False) == (rowwise_schemas("demo", True)[0],)
+
+
+@pytest.fixture(scope="module")
+def names_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _checkout(tmp_path_factory.mktemp("kinds-names") / "tree")
+
+
+_KIND_TEXT = st.one_of(st.sampled_from([*KINDS, "ps_roi", "Roi", "row-wise", ""]), st.text(max_size=8))
+_SCHEMAS = st.one_of(st.none(), st.sampled_from([ROI_FULL, rowwise_schemas("demo", True)[0],
+                                                 "demo(Tensor x) -> Tensor"]), st.text(max_size=30))
+
+
+@settings(max_examples=200, deadline=None)
+@given(name=st.one_of(st.just("demo"), st.from_regex(r"[a-z_][a-z0-9_]{0,8}", fullmatch=True), st.text(max_size=6)),
+       kind=_KIND_TEXT, schema=_SCHEMAS, backward=st.booleans())
+def test_any_input_is_refused_in_one_line_or_scaffolds_every_file(names_tree: Path, name: str, kind: str,
+                                                                  schema: str | None, backward: bool) -> None:
+    before = _snapshot(names_tree)
+    try:
+        p = plan(name, names_tree, schema, backward, kind)
+    except NewOpError as exc:
+        assert "\n" not in str(exc) and str(exc)
+        assert _snapshot(names_tree) == before
+        if kind not in KINDS:
+            assert str(exc).startswith(f"unknown kind {kind!r}")
+        return
+    assert kind in KINDS and _snapshot(names_tree) == before
+    assert {f.name for f in p.new_files} == {f"{name}.h", f"{name}_cpu.cpp", f"{name}_cuda.cu", "binding.cpp",
+                                             f"test_{name}.py"}
+    assert all("$" not in text for text in [*p.new_files.values(), p.ops_py_text]), "template left over"
+    ast.parse(p.ops_py_text)
+
+
+def test_a_bad_kind_exits_2_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = _checkout(tmp_path / "tree")
+    before = _snapshot(root)
+    assert main(["new-op", "demo", "--kind", "pooling", "--root", str(root)]) == 2
+    err = capsys.readouterr().err
+    assert err == "kiln new-op: unknown kind 'pooling'; one of elementwise, rowwise, roi, ps-roi; nothing written\n"
+    assert _snapshot(root) == before
