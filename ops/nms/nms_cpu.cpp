@@ -1,13 +1,33 @@
 #include "nms/nms.h"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <numeric>
+#include <type_traits>
 #include <vector>
 
 #include "nms/nms_iou.h"
 #include "common/half_float.h"
 
 namespace opkiln::kernels {
+namespace {
+
+// The threshold as a value of the IoU's own type that decides `static_cast<double>(iou) > threshold`
+// exactly by `iou > t`: for float, t is the largest float <= threshold (x > t holds exactly when x is
+// at least the next float, which is above threshold; NaN stays NaN, so nothing is above it).
+template <typename Acc>
+Acc threshold_as(double threshold) {
+  if constexpr (std::is_same_v<Acc, double>) {
+    return threshold;
+  } else {
+    Acc t = static_cast<Acc>(threshold);
+    if (static_cast<double>(t) > threshold) t = std::nextafter(t, -std::numeric_limits<Acc>::infinity());
+    return t;
+  }
+}
+
+}  // namespace
 
 std::int64_t nms_cpu(ScalarKind kind, const void* boxes, const void* scores, std::int64_t n, double iou_threshold,
                      std::int64_t* keep) {
@@ -25,27 +45,29 @@ std::int64_t nms_cpu(ScalarKind kind, const void* boxes, const void* scores, std
     std::iota(order.begin(), order.end(), std::int64_t{0});
     std::stable_sort(order.begin(), order.end(), [&](std::int64_t a, std::int64_t b) { return key[a] < key[b]; });
 
-    // Boxes and areas in visiting order, so the inner loop streams memory.
-    std::vector<Acc> box(static_cast<std::size_t>(n) * 5);
+    // The boxes' coordinates and areas in visiting order, one array each, so the inner loop is a
+    // branch-free pass the compiler vectorizes.
+    const auto size = static_cast<std::size_t>(n);
+    std::vector<Acc> x1(size), y1(size), x2(size), y2(size), area(size);
     for (std::int64_t r = 0; r < n; ++r) {
       const T* b = pb + order[r] * 4;
-      Acc* o = box.data() + r * 5;
-      for (int k = 0; k < 4; ++k) o[k] = C::load(b[k]);
-      o[4] = nms_detail::box_area(o[0], o[1], o[2], o[3]);
+      x1[r] = C::load(b[0]);
+      y1[r] = C::load(b[1]);
+      x2[r] = C::load(b[2]);
+      y2[r] = C::load(b[3]);
+      area[r] = nms_detail::box_area(x1[r], y1[r], x2[r], y2[r]);
     }
-    std::vector<unsigned char> removed(static_cast<std::size_t>(n), 0);
+    const Acc threshold = threshold_as<Acc>(iou_threshold);
+    std::vector<unsigned char> removed(size, 0);
     std::int64_t count = 0;
     for (std::int64_t r = 0; r < n; ++r) {
       if (removed[r]) continue;
       keep[count++] = order[r];
-      const Acc* bi = box.data() + r * 5;
+      const Acc ix1 = x1[r], iy1 = y1[r], ix2 = x2[r], iy2 = y2[r], iarea = area[r];
+      // Boxes already removed are tested again (setting removed twice changes nothing): no branch.
       for (std::int64_t s = r + 1; s < n; ++s) {
-        if (removed[s]) continue;
-        const Acc* bj = box.data() + s * 5;
-        if (nms_detail::iou_above(bi[0], bi[1], bi[2], bi[3], bi[4], bj[0], bj[1], bj[2], bj[3], bj[4],
-                                  iou_threshold)) {
-          removed[s] = 1;
-        }
+        removed[s] |= static_cast<unsigned char>(
+            nms_detail::iou(ix1, iy1, ix2, iy2, iarea, x1[s], y1[s], x2[s], y2[s], area[s]) > threshold);
       }
     }
     return count;

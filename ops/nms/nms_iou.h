@@ -39,13 +39,17 @@ OPKILN_HD A box_area(A x1, A y1, A x2, A y2) { return mul_rn(x2 - x1, y2 - y1); 
 // The operation order is torchvision's CPU kernel's:
 //   inter / (area_i + area_j - inter), compared in double.
 template <typename A>
-OPKILN_HD bool iou_above(A ix1, A iy1, A ix2, A iy2, A iarea, A jx1, A jy1, A jx2, A jy2, A jarea,
-                         double threshold) {
+OPKILN_HD A iou(A ix1, A iy1, A ix2, A iy2, A iarea, A jx1, A jy1, A jx2, A jy2, A jarea) {
   const A w = max_of(A(0), min_of(ix2, jx2) - max_of(ix1, jx1));
   const A h = max_of(A(0), min_of(iy2, jy2) - max_of(iy1, jy1));
   const A inter = mul_rn(w, h);
-  const A iou = inter / (iarea + jarea - inter);
-  return static_cast<double>(iou) > threshold;
+  return inter / (iarea + jarea - inter);
+}
+
+template <typename A>
+OPKILN_HD bool iou_above(A ix1, A iy1, A ix2, A iy2, A iarea, A jx1, A jy1, A jx2, A jy2, A jarea,
+                         double threshold) {
+  return static_cast<double>(iou(ix1, iy1, ix2, iy2, iarea, jx1, jy1, jx2, jy2, jarea)) > threshold;
 }
 
 // Sort keys: ascending key order == descending score, NaN first, -0 == +0.

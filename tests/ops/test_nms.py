@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -107,6 +109,31 @@ def test_empty_and_single(device: str, dtype: torch.dtype) -> None:
 def test_random_boxes_match_reference(device: str, dtype: torch.dtype, n: int, thr: float) -> None:
     boxes, scores = random_boxes(n, dtype, seed=n)
     _check(boxes.to(device), scores.to(device), thr)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
+def test_thresholds_between_float_ious(device: str, dtype: torch.dtype) -> None:
+    """The float IoU against a double threshold that float32 cannot hold: the threshold at each pair's IoU,
+    one double ulp either side of it, halfway to the next float, and beyond float32's range (the CPU
+    kernel compares in float against the largest float not above the threshold)."""
+    g = torch.Generator().manual_seed(37)
+    for _ in range(60):
+        xy = torch.rand(2, 2, generator=g, dtype=torch.float64) * 8
+        boxes = torch.cat([xy, xy + 1 + torch.rand(2, 2, generator=g, dtype=torch.float64) * 8], 1).to(dtype)
+        scores = torch.tensor([0.9, 0.8], dtype=dtype)
+        b = boxes.float()
+        w = (torch.minimum(b[0, 2], b[1, 2]) - torch.maximum(b[0, 0], b[1, 0])).clamp(min=0)
+        h = (torch.minimum(b[0, 3], b[1, 3]) - torch.maximum(b[0, 1], b[1, 1])).clamp(min=0)
+        inter = w * h
+        area = (b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1])
+        iou = (inter / (area[0] + area[1] - inter)).item()  # a float32 value, as a double
+        up = torch.nextafter(torch.tensor(iou, dtype=torch.float32), torch.tensor(2.0)).item()
+        for thr in (iou, math.nextafter(iou, -1.0), math.nextafter(iou, 2.0), (iou + up) / 2, up):
+            _check(boxes.to(device), scores.to(device), thr)
+    boxes = _t([[0, 0, 2, 2], [1, 1, 3, 3], [0, 0, 2, 2]], dtype, device)
+    for thr in (math.inf, -math.inf, math.nan, 1e39, -1e39, 3.4028235677973366e38, -3.4028235677973366e38):
+        _check(boxes, _t([[0.9, 0.8, 0.7]], dtype, device)[0], thr)
 
 
 @pytest.mark.parametrize("device", DEVICES)
