@@ -11,7 +11,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from audit_corpus import TORCH_LIB, make_wheel, patchelf
+from audit_corpus import TORCH_LIB, installed_torch, make_wheel, patchelf
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -236,3 +236,13 @@ def test_a_kiln_build_for_a_torch_keeps_the_torch_floor_without_a_requirement_or
         found[("wheel-tag", "")].detail
     assert ("wheel-tag", "floor-unknown") in found
     assert "does not apply" not in " ".join(c.detail for _, c in artifact.rows())
+
+
+def test_a_target_torch_of_minor_zero_has_no_older_minor(libs: dict[str, bytes], tmp_path: Path) -> None:
+    """Against torch 3.0: the next minor (3.1) is the only other one a C++ ABI pin may leak to."""
+    lib_dir = installed_torch(tmp_path / "site", "3.0.0+cpu", {"libc10.so": libs["plain.so"]})
+    wheel = make_wheel(tmp_path, {"kilntest/cxx.so": libs["cxx.so"]}, tag=TAG, requires=("torch>=2.9",))
+    (artifact,) = audit_paths([wheel], AuditOptions(torch_lib=lib_dir)).artifacts
+    pin = _failed(artifact)[("wheel-tag", "torch-pin")]
+    assert "torch requirement 'torch>=2.9' allows 3.1.0 (the target torch 3.0.0+cpu, chosen by that requirement)" \
+        in pin.detail
