@@ -2,11 +2,14 @@
 kiln_tool/templates/new_op/, shaped by its kind (KINDS) and schema (kiln_tool/op_schema.py; default
 NAME(Tensor x) -> Tensor).
 
-Kinds: "elementwise" (the default: any schema, a kernel over the first tensor's elements, the binding
-and wrapper in the schema's order) and "ps-roi" (a member of the position-sensitive RoI family,
-ops/common/ps_roi.h: the schema is the family's, ps_roi_schemas, so the wrapper takes
-torchvision.ops.ps_roi_*'s signature; the op writes only its per-bin math, the family's drivers,
-binding and Python registration do the rest; always with its backward).
+Kinds (KINDS, which `kiln new-op --help` lists): "elementwise" (the default: any schema, a kernel over the
+first tensor's elements, the binding and wrapper in the schema's order), and three that write a member of
+a family on its shared home, the op's files holding only its own math: "rowwise" (a row-wise reduction,
+ops/common/row_reduce.h, schema rowwise_schemas), "roi" (the RoI family, ops/common/roi_family.h and
+facade/roi_family.h, schema roi_schemas, wrapper in torchvision's RoI signature) and "ps-roi" (the
+position-sensitive RoI family, ops/common/ps_roi.h, schema ps_roi_schemas). A family's schemas come from
+its one function and every parameter list written is generated from them; `disagreements` checks any
+op of a tree (an elementwise op's trimmed --backward too) for places that no longer agree with its schema.
 
 What it writes is what docs/adding-an-op.md walks through:
   ops/NAME/NAME.h, NAME_cpu.cpp, NAME_cuda.cu   the kernel core (raw pointers, no torch header)
