@@ -16,6 +16,12 @@
 //   template <typename Acc, typename Add>
 //   static void backward(const Roi<Acc>&, Acc grad, std::int64_t ph, std::int64_t pw, const PsRoiGeometry&, Add add);
 //     (add(offset, value): adds into the grad_input plane)
+//   optional, CPU only (common/ps_roi_cpu.h): template <int G, typename Acc, typename Load>
+//   static std::array<Acc, G> forward_planes(const Roi<Acc>&, ph, pw, const PsRoiGeometry&, Load load);
+//   template <int G, typename Acc, typename Add> static void backward_planes(const Roi<Acc>&,
+//       const std::array<Acc, G>& grad, ph, pw, const PsRoiGeometry&, Add add);
+//     (load(i, offset), add(i, offset, value): plane i of G planes sharing bin (ph, pw); each plane's
+//     result as forward/backward give it alone: the bin's geometry is computed once for all G)
 // and instantiates the drivers below for it: OPKILN_PS_ROI_CPU(Op) in its .cpp file,
 // OPKILN_PS_ROI_CUDA(Op) in its .cu file (common/ps_roi_cpu.h, common/ps_roi_cuda.cuh). The
 // binding's prologue (checks, contiguity, batch-index check, allocation, dispatch) is

@@ -3,6 +3,7 @@
 // source and instantiate with OPKILN_PS_ROI_CPU(Op).
 #pragma once
 
+#include <array>
 #include <vector>
 
 #include "common/cpu_planes.h"
@@ -16,6 +17,34 @@ typename Op::template Roi<Acc> load_roi(const T* rois, std::int64_t k, const PsR
   using C = cpu::Convert<T>;
   const T* r = rois + k * kRoiColumns;
   return Op::template roi<Acc>(C::load(r[0]), C::load(r[1]), C::load(r[2]), C::load(r[3]), C::load(r[4]), g);
+}
+
+// Bin (ph, pw) of G planes (load(i, offset): plane i's value): the op's own
+// `forward_planes<G>(roi, ph, pw, g, load)` where it has one (the bin's geometry once for all G),
+// else its forward per plane.
+template <typename Op, int G, typename Roi, typename Load>
+auto forward_planes(const Roi& roi, std::int64_t ph, std::int64_t pw, const PsRoiGeometry& g, const Load& load) {
+  if constexpr (requires { Op::template forward_planes<G>(roi, ph, pw, g, load); }) {
+    return Op::template forward_planes<G>(roi, ph, pw, g, load);
+  } else {
+    std::array<decltype(load(0, std::int64_t{0})), G> v;
+    for (int i = 0; i < G; ++i) v[i] = Op::forward(roi, ph, pw, g, [&load, i](std::int64_t o) { return load(i, o); });
+    return v;
+  }
+}
+
+// Bin (ph, pw)'s gradients grad[i] into G planes (add(i, offset, value)): the op's own
+// `backward_planes<G>` where it has one, else its backward per plane.
+template <typename Op, int G, typename Roi, typename Acc, typename Add>
+void backward_planes(const Roi& roi, const std::array<Acc, G>& grad, std::int64_t ph, std::int64_t pw,
+                     const PsRoiGeometry& g, const Add& add) {
+  if constexpr (requires { Op::template backward_planes<G>(roi, grad, ph, pw, g, add); }) {
+    Op::template backward_planes<G>(roi, grad, ph, pw, g, add);
+  } else {
+    for (int i = 0; i < G; ++i) {
+      Op::backward(roi, grad[i], ph, pw, g, [&add, i](std::int64_t o, Acc v) { add(i, o, v); });
+    }
+  }
 }
 
 }  // namespace opkiln::kernels::ps_roi_cpu
@@ -32,21 +61,35 @@ void ps_roi_forward_cpu(ScalarKind kind, const PsRoiGeometry& g, const void* inp
     const T* in = static_cast<const T*>(input);
     T* out = static_cast<T*>(output);
     const std::int64_t plane = g.height * g.width;
+    const std::int64_t bins = g.pooled_height * g.pooled_width;
     cpu::for_each_row_span(begin, end, g.channels_out, [&](std::int64_t k, std::int64_t c_begin, std::int64_t c_end) {
       const auto roi = ps_roi_cpu::load_roi<Op, T, Acc>(static_cast<const T*>(rois), k, g);
-      std::int64_t at = (k * g.channels_out + c_begin) * g.pooled_height * g.pooled_width;
-      for (std::int64_t c_out = c_begin; c_out < c_end; ++c_out) {
-        for (std::int64_t ph = 0; ph < g.pooled_height; ++ph) {
-          for (std::int64_t pw = 0; pw < g.pooled_width; ++pw, ++at) {
+      const std::int64_t first = k * g.channels_out * bins;
+      // Bin by bin, each bin's geometry once for G output channels side by side (c_out + i reads
+      // plane c_in + i * bins); every output is what Op::forward gives for it alone.
+      for (std::int64_t ph = 0; ph < g.pooled_height; ++ph) {
+        for (std::int64_t pw = 0; pw < g.pooled_width; ++pw) {
+          const std::int64_t bin = ph * g.pooled_width + pw;
+          const auto planes = [&]<int G>(std::int64_t c_out) {
             const std::int64_t c_in = ps_input_channel(c_out, ph, pw, g);
-            Acc v = 0;
+            std::array<Acc, G> v{};
             if (roi.valid) {
               const T* p = in + (roi.batch * g.channels + c_in) * plane;
-              v = Op::forward(roi, ph, pw, g, [p](std::int64_t o) { return C::load(p[o]); });
+              const std::int64_t stride = bins * plane;
+              v = ps_roi_cpu::forward_planes<Op, G>(roi, ph, pw, g, [p, stride](int i, std::int64_t o) {
+                return C::load(p[i * stride + o]);
+              });
             }
-            out[at] = C::store(v);
-            channel_mapping[at] = static_cast<std::int32_t>(c_in);
-          }
+            for (int i = 0; i < G; ++i) {
+              const std::int64_t at = first + (c_out + i) * bins + bin;
+              out[at] = C::store(v[i]);
+              channel_mapping[at] = static_cast<std::int32_t>(c_in + i * bins);
+            }
+          };
+          std::int64_t c = c_begin;
+          for (; c + 8 <= c_end; c += 8) planes.template operator()<8>(c);
+          for (; c + 4 <= c_end; c += 4) planes.template operator()<4>(c);
+          for (; c < c_end; ++c) planes.template operator()<1>(c);
         }
       }
     });
@@ -71,14 +114,28 @@ void ps_roi_backward_cpu(ScalarKind kind, const PsRoiGeometry& g, const void* gr
                                    [&](std::int64_t c_begin, std::int64_t nc, auto* target,
                                        const std::vector<Roi>& batch_rois,
                                        const std::vector<std::int64_t>& batch_roi_ids) {
-        for (std::int64_t c = 0; c < nc; ++c) {
-          // Plane c_in = (c_out * PH + ph) * PW + pw gets the gradient of that one bin.
-          const std::int64_t c_in = c_begin + c;
-          const std::int64_t c_out = c_in / bins, ph = (c_in % bins) / g.pooled_width, pw = c_in % g.pooled_width;
-          auto* p = target + c * plane;
+        // Planes c_in = c_out * bins + bin share bin (ph, pw): for each bin and roi, the bin's geometry
+        // once for G of them side by side. Each plane still gets its rois' gradients in roi order.
+        for (std::int64_t bin = 0; bin < bins; ++bin) {
+          const std::int64_t ph = bin / g.pooled_width, pw = bin % g.pooled_width;
+          // c_out whose plane c_out * bins + bin lies in [c_begin, c_begin + nc)
+          const std::int64_t lo = (c_begin - bin + bins - 1) / bins;
+          const std::int64_t hi = (c_begin + nc - bin + bins - 1) / bins;
+          if (lo >= hi) continue;
           for (std::size_t i = 0; i < batch_rois.size(); ++i) {
-            const Acc grad = C::load(go[(batch_roi_ids[i] * g.channels_out + c_out) * bins + ph * g.pooled_width + pw]);
-            Op::backward(batch_rois[i], grad, ph, pw, g, [p](std::int64_t o, Acc v) { p[o] += v; });
+            const T* grads = go + batch_roi_ids[i] * g.channels_out * bins + bin;  // c_out's at c_out * bins
+            const auto planes = [&]<int G>(std::int64_t c_out) {
+              std::array<Acc, G> grad;
+              for (int j = 0; j < G; ++j) grad[j] = C::load(grads[(c_out + j) * bins]);
+              auto* p = target + (c_out * bins + bin - c_begin) * plane;
+              const std::int64_t stride = bins * plane;
+              ps_roi_cpu::backward_planes<Op, G>(batch_rois[i], grad, ph, pw, g,
+                                                 [p, stride](int j, std::int64_t o, Acc v) { p[j * stride + o] += v; });
+            };
+            std::int64_t c_out = lo;
+            for (; c_out + 8 <= hi; c_out += 8) planes.template operator()<8>(c_out);
+            for (; c_out + 4 <= hi; c_out += 4) planes.template operator()<4>(c_out);
+            for (; c_out < hi; ++c_out) planes.template operator()<1>(c_out);
           }
         }
     });

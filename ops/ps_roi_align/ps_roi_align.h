@@ -14,6 +14,7 @@
 // The backward adds grad * w / count at each tap (torchvision's order of operations).
 #pragma once
 
+#include <array>
 #include <cmath>
 #include <cstdint>
 
@@ -77,6 +78,35 @@ struct PsRoiAlign {
       sum += s.w1 * load(s.o1) + s.w2 * load(s.o2) + s.w3 * load(s.o3) + s.w4 * load(s.o4);
     });
     return sum / r.count;
+  }
+
+  // The CPU forward's bin for G planes at once (common/ps_roi_cpu.h): the samples once, each plane's sum
+  // in forward's order.
+  template <int G, typename Acc, typename Load>
+  static std::array<Acc, G> forward_planes(const Roi<Acc>& r, std::int64_t ph, std::int64_t pw, const PsRoiGeometry& g,
+                                           const Load& load) {
+    std::array<Acc, G> sum{};
+    for_each_sample(r, ph, pw, g, [&](const roi_sampling::Sample<Acc>& s) {
+      for (int i = 0; i < G; ++i) {
+        sum[i] += s.w1 * load(i, s.o1) + s.w2 * load(i, s.o2) + s.w3 * load(i, s.o3) + s.w4 * load(i, s.o4);
+      }
+    });
+    for (auto& v : sum) v = v / r.count;
+    return sum;
+  }
+
+  // The CPU backward's bin for G planes at once: the samples once, each plane's adds as backward's.
+  template <int G, typename Acc, typename Add>
+  static void backward_planes(const Roi<Acc>& r, const std::array<Acc, G>& grad, std::int64_t ph, std::int64_t pw,
+                              const PsRoiGeometry& g, const Add& add) {
+    for_each_sample(r, ph, pw, g, [&](const roi_sampling::Sample<Acc>& s) {
+      for (int i = 0; i < G; ++i) {
+        add(i, s.o1, grad[i] * s.w1 / r.count);
+        add(i, s.o2, grad[i] * s.w2 / r.count);
+        add(i, s.o3, grad[i] * s.w3 / r.count);
+        add(i, s.o4, grad[i] * s.w4 / r.count);
+      }
+    });
   }
 
   template <typename Acc, typename Add>

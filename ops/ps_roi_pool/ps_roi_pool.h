@@ -11,6 +11,7 @@
 // The backward adds grad / window area to each element of its window.
 #pragma once
 
+#include <array>
 #include <cmath>
 #include <cstdint>
 
@@ -65,6 +66,40 @@ struct PsRoiPool {
       for (std::int64_t w = win.w0; w < win.w1; ++w) sum += load(h * g.width + w);
     }
     return sum / static_cast<Acc>((win.h1 - win.h0) * (win.w1 - win.w0));
+  }
+
+  // The CPU forward's bin for G planes at once (common/ps_roi_cpu.h): the window once, each plane's sum
+  // in forward's order.
+  template <int G, typename Acc, typename Load>
+  static std::array<Acc, G> forward_planes(const Roi<Acc>& r, std::int64_t ph, std::int64_t pw, const PsRoiGeometry& g,
+                                           const Load& load) {
+    std::array<Acc, G> sum{};
+    const Window win = window(r, ph, pw, g, 1);
+    if (win.empty()) return sum;
+    for (std::int64_t h = win.h0; h < win.h1; ++h) {
+      for (std::int64_t w = win.w0; w < win.w1; ++w) {
+        for (int i = 0; i < G; ++i) sum[i] += load(i, h * g.width + w);
+      }
+    }
+    const auto area = static_cast<Acc>((win.h1 - win.h0) * (win.w1 - win.w0));
+    for (auto& v : sum) v = v / area;
+    return sum;
+  }
+
+  // The CPU backward's bin for G planes at once: the window once, each plane's adds as backward's.
+  template <int G, typename Acc, typename Add>
+  static void backward_planes(const Roi<Acc>& r, const std::array<Acc, G>& grad, std::int64_t ph, std::int64_t pw,
+                              const PsRoiGeometry& g, const Add& add) {
+    const Window win = window(r, ph, pw, g, 0);
+    if (win.empty()) return;
+    const auto area = static_cast<Acc>((win.h1 - win.h0) * (win.w1 - win.w0));
+    std::array<Acc, G> v;
+    for (int i = 0; i < G; ++i) v[i] = grad[i] / area;
+    for (std::int64_t h = win.h0; h < win.h1; ++h) {
+      for (std::int64_t w = win.w0; w < win.w1; ++w) {
+        for (int i = 0; i < G; ++i) add(i, h * g.width + w, v[i]);
+      }
+    }
   }
 
   template <typename Acc, typename Add>
