@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import keyword
+import os
 import re
 import shutil
 import subprocess
@@ -293,19 +294,12 @@ def _write_the_math(tree: Path, op: str) -> None:
     test.write_text(text[:start] + (ast.get_source_segment(source, mine) or "") + text[end:])
 
 
-@pytest.mark.slow
-def test_scaffolded_ops_build_and_fail_only_on_their_kernel_bodies(tmp_path: Path) -> None:
-    """Scaffold an op of each kind into a copy of the tree (roi_pool's shape with --backward, the default
-    elementwise op, an roi and a rowwise op), and two ops whose math is then written (tests/new_op/examples:
-    roi_avg_pool on the RoI family, row_center on the row-wise one); build the CPU wheel once (torch 2.13)
-    and run the generated tests against it: a skeleton's value tests fail, everything else passes, and the
-    written ops pass every test (values, gradients, gradcheck, opcheck)."""
-    from kiln_tool.matrix_data import local_builds
-    from kiln_tool.pipeline import build_wheel
+@pytest.fixture(scope="module")
+def scaffolded_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the tree with SCAFFOLDED's ops, the written ones' math in place."""
     from support.op_layout import violations
-    from support.venvs import make_venv
 
-    tree = tmp_path / "tree"
+    tree = tmp_path_factory.mktemp("scaffolded") / "tree"
     files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=REPO, capture_output=True,
                            check=True).stdout.decode().split("\0")
     for rel in filter(None, files):
@@ -319,6 +313,47 @@ def test_scaffolded_ops_build_and_fail_only_on_their_kernel_bodies(tmp_path: Pat
     # The scaffold adds no violation of the op-layout rule (the tree's own, if any, are test_sources.py's).
     assert sorted(map(str, violations(tree))) == sorted(map(str, violations(REPO)))
     assert disagreements(tree) == []
+    return tree
+
+
+def _nvcc() -> Path | None:
+    """The CUDA 13.0 compiler: KILN_CUDA_HOME's, else the conventional toolkit folder's (the nvcc first on
+    PATH here is a wrapper script: ../shared/notes/toolchain.md)."""
+    for home in [os.environ.get("KILN_CUDA_HOME", ""), "/usr/local/cuda-13.0", "/usr/local/cuda"]:
+        if home and (Path(home) / "bin" / "nvcc").is_file():
+            return Path(home) / "bin" / "nvcc"
+    return None
+
+
+@pytest.mark.slow
+def test_scaffolded_cuda_cores_compile(scaffolded_tree: Path, tmp_path: Path) -> None:
+    """The families' CUDA drivers for every scaffolded family op, skeleton and written: the row-wise home's
+    (common/row_reduce_cuda.cuh) is compiled by no build of the tree until an op of the tree is on it."""
+    nvcc = _nvcc()
+    if nvcc is None:
+        pytest.skip("no CUDA toolkit (KILN_CUDA_HOME, /usr/local/cuda-13.0)")
+    for op, (args, _) in SCAFFOLDED.items():
+        if "--kind" not in args:
+            continue
+        cu = scaffolded_tree / "ops" / op / f"{op}_cuda.cu"
+        done = subprocess.run([str(nvcc), "-std=c++20", "-arch=sm_90", "--expt-relaxed-constexpr", "-Werror",
+                               "all-warnings", "-c", f"-I{scaffolded_tree / 'ops'}", "-o", str(tmp_path / f"{op}.o"),
+                               str(cu)], capture_output=True, text=True, check=False)
+        assert done.returncode == 0, f"{cu.name}: {done.stderr[-3000:]}"
+
+
+@pytest.mark.slow
+def test_scaffolded_ops_build_and_fail_only_on_their_kernel_bodies(scaffolded_tree: Path, tmp_path: Path) -> None:
+    """Scaffold an op of each kind into a copy of the tree (roi_pool's shape with --backward, the default
+    elementwise op, an roi and a rowwise op), and two ops whose math is then written (tests/new_op/examples:
+    roi_avg_pool on the RoI family, row_center on the row-wise one); build the CPU wheel once (torch 2.13)
+    and run the generated tests against it: a skeleton's value tests fail, everything else passes, and the
+    written ops pass every test (values, gradients, gradcheck, opcheck)."""
+    from kiln_tool.matrix_data import local_builds
+    from kiln_tool.pipeline import build_wheel
+    from support.venvs import make_venv
+
+    tree = scaffolded_tree
     (spec,) = [s for s in local_builds() if s.cuda == "cpu"]
     wheel = build_wheel(Path(sys.executable), spec, tmp_path / "dist", tmp_path / "build.log", tmp_path / "build",
                         source=tree)
