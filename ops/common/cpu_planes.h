@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/half_float.h"
+#include "common/roi.h"
 
 namespace opkiln::kernels::cpu {
 
@@ -71,6 +72,56 @@ void overwrite_roi_planes(T* grad_input, std::int64_t begin, std::int64_t end, s
     }
     overwrite_planes(grad_input + b * channels * plane, c_begin, c_end, plane, scratch,
                      [&](std::int64_t c0, std::int64_t nc, auto* target) { add(c0, nc, target, rois, ids); });
+  });
+}
+
+// A RoI op's CPU kernel for one storage dtype T: its conversions (C, Acc), the tensors it reads
+// (`in`: input or grad_output; `rois`) and writes (`out`: output or grad_input), and the sizes of
+// an input plane and of a pooled plane.
+template <typename T_>
+struct RoiKernel {
+  using T = T_;
+  using C = Convert<T>;
+  using Acc = decltype(C::load(T{}));
+  const T* in;
+  const T* rois;
+  T* out;
+  std::int64_t plane, bins;
+
+  static Acc load(T v) { return C::load(v); }
+  static T store(Acc v) { return C::store(v); }
+
+  // f(b, x1, y1, x2, y2) of roi k, as Acc values.
+  template <typename F>
+  auto roi(std::int64_t k, F&& f) const {
+    return with_roi(rois, k, [](T v) { return C::load(v); }, f);
+  }
+};
+
+// f.template operator()<X>(X x), X = RoiKernel<T> for the storage dtype T of `kind`; g: a geometry with height, width,
+// pooled_height and pooled_width.
+template <typename Geometry, typename F>
+void dispatch_roi_kernel(ScalarKind kind, const Geometry& g, const void* in, const void* rois, void* out, F&& f) {
+  dispatch_float_kinds(static_cast<int>(kind), [&]<typename T>() {
+    f.template operator()<RoiKernel<T>>(RoiKernel<T>{static_cast<const T*>(in), static_cast<const T*>(rois), static_cast<T*>(out), g.height * g.width,
+                   g.pooled_height * g.pooled_width});
+  });
+}
+
+// The CPU backward of a RoI op over grad_input planes [begin, end) of the N * C planes, each
+// overwritten by the thread that owns it (overwrite_roi_planes): make_roi(x, k) is roi k (x: the
+// RoiKernel), and body(x, c_begin, nc, target, rois, ids) accumulates into the zeroed planes
+// [c_begin, c_begin + nc) of one image at target, from that image's rois (in roi order) and their ids.
+template <typename Geometry, typename MakeRoi, typename Body>
+void roi_backward_planes(ScalarKind kind, const Geometry& g, const void* grad_output, const void* rois,
+                         void* grad_input, std::int64_t begin, std::int64_t end, MakeRoi&& make_roi, Body&& body) {
+  if (begin >= end || g.channels <= 0) return;
+  dispatch_roi_kernel(kind, g, grad_output, rois, grad_input, [&]<typename X>(const X& x) {
+    using Roi = decltype(make_roi(x, std::int64_t{0}));
+    overwrite_roi_planes<Roi>(x.out, begin, end, g.channels, x.plane, g.rois,
+                              [&](std::int64_t k) { return make_roi(x, k); },
+                              [&](std::int64_t c_begin, std::int64_t nc, auto* target, const std::vector<Roi>& batch_rois,
+                                  const std::vector<std::int64_t>& ids) { body(x, c_begin, nc, target, batch_rois, ids); });
   });
 }
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <array>
+#include <type_traits>
 #include <vector>
 
 #include "common/cpu_planes.h"
@@ -12,11 +13,10 @@
 
 namespace opkiln::kernels::ps_roi_cpu {
 
-template <typename Op, typename T, typename Acc>
-typename Op::template Roi<Acc> load_roi(const T* rois, std::int64_t k, const PsRoiGeometry& g) {
-  using C = cpu::Convert<T>;
-  const T* r = rois + k * kRoiColumns;
-  return Op::template roi<Acc>(C::load(r[0]), C::load(r[1]), C::load(r[2]), C::load(r[3]), C::load(r[4]), g);
+// Roi k of the op (x: the kernel's cpu::RoiKernel).
+template <typename Op, typename X>
+auto load_roi(const X& x, std::int64_t k, const PsRoiGeometry& g) {
+  return x.roi(k, [&](auto... v) { return Op::template roi<typename X::Acc>(v..., g); });
 }
 
 // Bin (ph, pw) of G planes (load(i, offset): plane i's value): the op's own
@@ -55,15 +55,10 @@ template <typename Op>
 void ps_roi_forward_cpu(ScalarKind kind, const PsRoiGeometry& g, const void* input, const void* rois, void* output,
                         std::int32_t* channel_mapping, std::int64_t begin, std::int64_t end) {
   if (begin >= end || g.channels_out <= 0) return;
-  cpu::dispatch_float_kinds(static_cast<int>(kind), [&]<typename T>() {
-    using C = cpu::Convert<T>;
-    using Acc = decltype(C::load(T{}));
-    const T* in = static_cast<const T*>(input);
-    T* out = static_cast<T*>(output);
-    const std::int64_t plane = g.height * g.width;
-    const std::int64_t bins = g.pooled_height * g.pooled_width;
+  cpu::dispatch_roi_kernel(kind, g, input, rois, output, [&]<typename X>(const X& x) {
+    const std::int64_t plane = x.plane, bins = x.bins;
     cpu::for_each_row_span(begin, end, g.channels_out, [&](std::int64_t k, std::int64_t c_begin, std::int64_t c_end) {
-      const auto roi = ps_roi_cpu::load_roi<Op, T, Acc>(static_cast<const T*>(rois), k, g);
+      const auto roi = ps_roi_cpu::load_roi<Op>(x, k, g);
       const std::int64_t first = k * g.channels_out * bins;
       // Bin by bin, each bin's geometry once for G output channels side by side (c_out + i reads
       // plane c_in + i * bins); every output is what Op::forward gives for it alone.
@@ -72,17 +67,17 @@ void ps_roi_forward_cpu(ScalarKind kind, const PsRoiGeometry& g, const void* inp
           const std::int64_t bin = ph * g.pooled_width + pw;
           const auto planes = [&]<int G>(std::int64_t c_out) {
             const std::int64_t c_in = ps_input_channel(c_out, ph, pw, g);
-            std::array<Acc, G> v{};
+            std::array<typename X::Acc, G> v{};
             if (roi.valid) {
-              const T* p = in + (roi.batch * g.channels + c_in) * plane;
+              const auto* p = x.in + (roi.batch * g.channels + c_in) * plane;
               const std::int64_t stride = bins * plane;
               v = ps_roi_cpu::forward_planes<Op, G>(roi, ph, pw, g, [p, stride](int i, std::int64_t o) {
-                return C::load(p[i * stride + o]);
+                return X::load(p[i * stride + o]);
               });
             }
             for (int i = 0; i < G; ++i) {
               const std::int64_t at = first + (c_out + i) * bins + bin;
-              out[at] = C::store(v[i]);
+              x.out[at] = X::store(v[i]);
               channel_mapping[at] = static_cast<std::int32_t>(c_in + i * bins);
             }
           };
@@ -99,21 +94,13 @@ void ps_roi_forward_cpu(ScalarKind kind, const PsRoiGeometry& g, const void* inp
 template <typename Op>
 void ps_roi_backward_cpu(ScalarKind kind, const PsRoiGeometry& g, const void* grad_output, const void* rois,
                          void* grad_input, std::int64_t begin, std::int64_t end) {
-  if (begin >= end || g.channels <= 0) return;
-  cpu::dispatch_float_kinds(static_cast<int>(kind), [&]<typename T>() {
-    using C = cpu::Convert<T>;
-    using Acc = decltype(C::load(T{}));
-    using Roi = typename Op::template Roi<Acc>;
-    const T* go = static_cast<const T*>(grad_output);
-    const std::int64_t plane = g.height * g.width;
-    const std::int64_t bins = g.pooled_height * g.pooled_width;
-    const auto load_roi = [&](std::int64_t k) {
-      return ps_roi_cpu::load_roi<Op, T, Acc>(static_cast<const T*>(rois), k, g);
-    };
-    cpu::overwrite_roi_planes<Roi>(static_cast<T*>(grad_input), begin, end, g.channels, plane, g.rois, load_roi,
-                                   [&](std::int64_t c_begin, std::int64_t nc, auto* target,
-                                       const std::vector<Roi>& batch_rois,
-                                       const std::vector<std::int64_t>& batch_roi_ids) {
+  cpu::roi_backward_planes(
+      kind, g, grad_output, rois, grad_input, begin, end,
+      [&](const auto& x, std::int64_t k) { return ps_roi_cpu::load_roi<Op>(x, k, g); },
+      [&]<typename X>(const X& x, std::int64_t c_begin, std::int64_t nc, auto* target, const auto& batch_rois,
+                      const std::vector<std::int64_t>& batch_roi_ids) {
+        using Acc = typename X::Acc;
+        const std::int64_t plane = x.plane, bins = x.bins;
         // Planes c_in = c_out * bins + bin share bin (ph, pw): for each bin and roi, the bin's geometry
         // once for G of them side by side. Each plane still gets its rois' gradients in roi order.
         for (std::int64_t bin = 0; bin < bins; ++bin) {
@@ -123,10 +110,10 @@ void ps_roi_backward_cpu(ScalarKind kind, const PsRoiGeometry& g, const void* gr
           const std::int64_t hi = (c_begin + nc - bin + bins - 1) / bins;
           if (lo >= hi) continue;
           for (std::size_t i = 0; i < batch_rois.size(); ++i) {
-            const T* grads = go + batch_roi_ids[i] * g.channels_out * bins + bin;  // c_out's at c_out * bins
+            const auto* grads = x.in + batch_roi_ids[i] * g.channels_out * bins + bin;  // c_out's at c_out * bins
             const auto planes = [&]<int G>(std::int64_t c_out) {
               std::array<Acc, G> grad;
-              for (int j = 0; j < G; ++j) grad[j] = C::load(grads[(c_out + j) * bins]);
+              for (int j = 0; j < G; ++j) grad[j] = X::load(grads[(c_out + j) * bins]);
               auto* p = target + (c_out * bins + bin - c_begin) * plane;
               const std::int64_t stride = bins * plane;
               ps_roi_cpu::backward_planes<Op, G>(batch_rois[i], grad, ph, pw, g,
@@ -138,8 +125,7 @@ void ps_roi_backward_cpu(ScalarKind kind, const PsRoiGeometry& g, const void* gr
             for (; c_out < hi; ++c_out) planes.template operator()<1>(c_out);
           }
         }
-    });
-  });
+      });
 }
 
 }  // namespace opkiln::kernels

@@ -19,6 +19,14 @@ namespace opkiln::kernels {
 
 constexpr std::int64_t kRoiColumns = 5;
 
+// f(b, x1, y1, x2, y2) of roi k of a contiguous [K, 5] rois array, each value through load (the
+// storage dtype's conversion to the kernels' arithmetic type).
+template <typename T, typename Load, typename F>
+OPKILN_HD auto with_roi(const T* rois, std::int64_t k, Load load, F&& f) {
+  const T* r = rois + k * kRoiColumns;
+  return f(load(r[0]), load(r[1]), load(r[2]), load(r[3]), load(r[4]));
+}
+
 // trunc(v) in [0, batch), as torchvision's int cast of the batch index; false for NaN.
 template <typename Acc>
 OPKILN_HD bool batch_index_valid(Acc v, std::int64_t batch) {

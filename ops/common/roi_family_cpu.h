@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <array>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -23,13 +24,11 @@ struct InStorage {
   Acc operator()(Acc v) const { return C::load(C::store(v)); }
 };
 
-template <typename Op, typename T>
-auto load_roi(const T* rois, std::int64_t k, const RoiFamilyGeometry& g) {
-  using C = cpu::Convert<T>;
-  using Acc = decltype(C::load(T{}));
-  const T* r = rois + k * kRoiColumns;
-  return Op::template roi<Acc>(C::load(r[0]), C::load(r[1]), C::load(r[2]), C::load(r[3]), C::load(r[4]), g,
-                               InStorage<T>{});
+// Roi k of the op (x: the kernel's cpu::RoiKernel).
+template <typename Op, typename X>
+auto load_roi(const X& x, std::int64_t k, const RoiFamilyGeometry& g) {
+  using T = typename X::T;
+  return x.roi(k, [&](auto... v) { return Op::template roi<typename X::Acc>(v..., g, InStorage<T>{}); });
 }
 
 // An op whose every bin is one tap (roi_pool's window) says so with `static constexpr bool kOneTap
@@ -97,29 +96,26 @@ template <typename Op>
 void roi_family_forward_cpu(ScalarKind kind, const RoiFamilyGeometry& g, const void* input, const void* rois,
                             void* output, std::int32_t* index, std::int64_t begin, std::int64_t end) {
   if (begin >= end || g.channels <= 0) return;
-  cpu::dispatch_float_kinds(static_cast<int>(kind), [&]<typename T>() {
-    using C = cpu::Convert<T>;
-    using Acc = decltype(C::load(T{}));
-    const T* in = static_cast<const T*>(input);
-    T* out = static_cast<T*>(output);
-    const std::int64_t plane = g.height * g.width;
-    const std::int64_t bins = g.pooled_height * g.pooled_width;
+  cpu::dispatch_roi_kernel(kind, g, input, rois, output, [&]<typename X>(const X& x) {
+    using Acc = typename X::Acc;
     roi_family_cpu::RoiTaps<Op, Acc> taps;
+    const std::int64_t plane = x.plane, bins = x.bins;
     cpu::for_each_row_span(begin, end, g.channels, [&](std::int64_t k, std::int64_t c_begin, std::int64_t c_end) {
-      const auto roi = roi_family_cpu::load_roi<Op>(static_cast<const T*>(rois), k, g);
+      const auto roi = roi_family_cpu::load_roi<Op>(x, k, g);
       std::int64_t at = (k * g.channels + c_begin) * bins;
       if (!roi.valid) {
-        std::fill(out + at, out + at + (c_end - c_begin) * bins, C::store(Acc(0)));
+        std::fill(x.out + at, x.out + at + (c_end - c_begin) * bins, X::store(Acc(0)));
         if constexpr (Op::kIndex) std::fill(index + at, index + at + (c_end - c_begin) * bins, -1);
         return;
       }
-      taps.build(roi, g, roi_family_cpu::InStorage<T>{});
+      taps.build(roi, g, roi_family_cpu::InStorage<typename X::T>{});
       const auto* tap = taps.taps.data();  // locals: the stores below cannot make the compiler reload them
       const std::size_t* first = taps.first.data();
+      auto* out = x.out;
       // kPlanes channels at a time, then one: each channel's fold is the same as alone.
       const auto planes = [&]<int G>(std::int64_t c) {
-        const T* p = in + (roi.batch * g.channels + c) * plane;
-        const auto load = [p, plane](int i, std::int64_t o) { return C::load(p[i * plane + o]); };
+        const auto* p = x.in + (roi.batch * g.channels + c) * plane;
+        const auto load = [p, plane](int i, std::int64_t o) { return X::load(p[i * plane + o]); };
         for (std::int64_t bin = 0; bin < bins; ++bin, ++at) {
           auto state = roi_family_cpu::start_planes<Op, G>(roi);  // (no default constructor asked of State)
           if constexpr (roi_family_cpu::kOneTap<Op>) {
@@ -129,7 +125,7 @@ void roi_family_forward_cpu(ScalarKind kind, const RoiFamilyGeometry& g, const v
           }
           for (int i = 0; i < G; ++i) {
             const RoiValue<Acc> v = Op::finish(roi, state[i]);
-            out[at + i * bins] = C::store(v.value);
+            out[at + i * bins] = X::store(v.value);
             if constexpr (Op::kIndex) index[at + i * bins] = v.index;
           }
         }
@@ -146,33 +142,26 @@ void roi_family_forward_cpu(ScalarKind kind, const RoiFamilyGeometry& g, const v
 template <typename Op>
 void roi_family_backward_cpu(ScalarKind kind, const RoiFamilyGeometry& g, const void* grad_output, const void* rois,
                              const std::int32_t* index, void* grad_input, std::int64_t begin, std::int64_t end) {
-  if (begin >= end || g.channels <= 0) return;
-  cpu::dispatch_float_kinds(static_cast<int>(kind), [&]<typename T>() {
-    using C = cpu::Convert<T>;
-    using Acc = decltype(C::load(T{}));
-    using Roi = typename Op::template Roi<Acc>;
-    const T* go = static_cast<const T*>(grad_output);
-    const std::int64_t plane = g.height * g.width;
-    const std::int64_t bins = g.pooled_height * g.pooled_width;
-    roi_family_cpu::RoiTaps<Op, Acc> taps;
-    const auto load_roi = [&](std::int64_t k) {
-      return roi_family_cpu::load_roi<Op>(static_cast<const T*>(rois), k, g);
-    };
-    cpu::overwrite_roi_planes<Roi>(static_cast<T*>(grad_input), begin, end, g.channels, plane, g.rois, load_roi,
-                                   [&](std::int64_t c_begin, std::int64_t nc, auto* target,
-                                       const std::vector<Roi>& batch_rois,
-                                       const std::vector<std::int64_t>& batch_roi_ids) {
+  cpu::roi_backward_planes(
+      kind, g, grad_output, rois, grad_input, begin, end,
+      [&](const auto& x, std::int64_t k) { return roi_family_cpu::load_roi<Op>(x, k, g); },
+      [&]<typename X>(const X& x, std::int64_t c_begin, std::int64_t nc, auto* target, const auto& batch_rois,
+                      const std::vector<std::int64_t>& batch_roi_ids) {
+        using Acc = typename X::Acc;
+        roi_family_cpu::RoiTaps<Op, Acc> taps;
+        const auto* go = x.in;
+        const std::int64_t plane = x.plane, bins = x.bins;
         for (std::size_t i = 0; i < batch_rois.size(); ++i) {
-          if constexpr (!Op::kIndex) taps.build(batch_rois[i], g, roi_family_cpu::InStorage<T>{});
+          if constexpr (!Op::kIndex) taps.build(batch_rois[i], g, roi_family_cpu::InStorage<typename X::T>{});
           for (std::int64_t c = 0; c < nc; ++c) {
             const std::int64_t first = (batch_roi_ids[i] * g.channels + c_begin + c) * bins;
             auto* p = target + c * plane;
             for (std::int64_t bin = 0; bin < bins; ++bin) {
               if constexpr (Op::kIndex) {
                 const std::int32_t a = index[first + bin];
-                if (a >= 0 && a < plane) p[a] += C::load(go[first + bin]);
+                if (a >= 0 && a < plane) p[a] += X::load(go[first + bin]);
               } else {
-                const Acc grad = Op::grad(batch_rois[i], C::load(go[first + bin]));
+                const Acc grad = Op::grad(batch_rois[i], X::load(go[first + bin]));
                 const auto add = [p](std::int64_t o, Acc v) { p[o] += v; };
                 if constexpr (roi_family_cpu::kOneTap<Op>) {
                   Op::scatter(taps.taps[bin], grad, add);
@@ -183,8 +172,7 @@ void roi_family_backward_cpu(ScalarKind kind, const RoiFamilyGeometry& g, const 
             }
           }
         }
-    });
-  });
+      });
 }
 
 }  // namespace opkiln::kernels
