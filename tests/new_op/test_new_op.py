@@ -266,9 +266,10 @@ SKELETON_OUTCOMES = {
                 {"test_empty_inputs", "test_opcheck", "test_integer_input_raises",
                  "test_backward_raises_until_written"}),
     "roi": (_ROI_VALUE_TESTS, {"test_opcheck", "test_input_forms_module_and_fx", "test_empty_rois",
+                               "test_non_contiguous_input",
                                "test_bad_batch_index_raises", "test_double_backward_raises"}),
     "rowwise": ({"test_matches_reference", "test_edge_shapes", "test_gradient_matches_reference", "test_gradcheck"},
-                {"test_opcheck", "test_bad_input_raises", "test_double_backward_raises"}),
+                {"test_opcheck", "test_bad_input_raises", "test_double_backward_raises", "test_non_contiguous_input"}),
 }
 EXAMPLES = REPO / "tests" / "new_op" / "examples"
 # op -> (new-op arguments, its skeleton's kind in SKELETON_OUTCOMES, or None: its math is written from EXAMPLES)
