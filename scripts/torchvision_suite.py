@@ -19,8 +19,8 @@ before test_ops.py is imported:
   is recorded, so a test that runs torchvision's kernel cannot pass, not even one that expects an
   error. Where torchvision's C++ extension does not load at all (a CUDA torchvision wheel beside a
   CPU torch), torchvision is imported without its ops, which proves the same;
-- records, per test, which ``opkiln::`` and ``torchvision::`` ops the dispatcher saw (torch's
-  profiler, so calls from TorchScript, FX and autograd count too).
+- counts, per test, the runs of opkiln's CPU kernels of those ops (each is wrapped in a counter that
+  calls the original, so calls from TorchScript, FX, autograd and opcheck count too).
 
 It prints, per class, the tests passed (and of them, how many reached no kernel: checks in Python
 before the op, FX tracing), failed, skipped, and documented differences (KNOWN_DIFFERENCES: tests
@@ -75,6 +75,7 @@ KNOWN_DIFFERENCES: dict[str, str] = {
 }
 
 RESULTS_ENV = "TORCHVISION_SUITE_RESULTS"
+OPCHECK_ENV = "TORCHVISION_SUITE_OPCHECK_ALL"
 PLUGIN = "torchvision_suite"
 
 
@@ -196,7 +197,7 @@ def parse_classes(text: str) -> list[str]:
 def build_command(python: str, tests: Path, classes: Iterable[str], extra: Sequence[str]) -> list[str]:
     node_ids = [f"{tests / 'test_ops.py'}::{name}" for name in classes]
     return [python, "-m", "pytest", *node_ids, "-p", PLUGIN, "-p", "no:cacheprovider", "-q", "-rN",
-            "--tb=line", *extra]
+            "--disable-warnings", "--tb=line", *extra]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -205,6 +206,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--python", default=sys.executable, help="the venv's python (default: this one)")
     parser.add_argument("--classes", default=",".join(CLASSES), help=f"comma-separated, of {', '.join(CLASSES)}")
     parser.add_argument("--json", type=Path, help="also write the per-test records here")
+    parser.add_argument("--opcheck-all", action="store_true",
+                        help="also generate torch's opcheck tests (test_ops.py's OPTESTS, opkiln namespace) for "
+                             "the chosen classes that test_ops.py generates none for (its RoI classes)")
     parser.add_argument("pytest_args", nargs="*", help="passed on to pytest (after --)")
     args = parser.parse_args(argv)
     try:
@@ -222,16 +226,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         results = Path(tmp) / "results.json"
         env = dict(os.environ)
         env[RESULTS_ENV] = str(results)
+        env[OPCHECK_ENV] = "1" if args.opcheck_all else ""
         env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parent), str(tests),
                                              *filter(None, [env.get("PYTHONPATH")])])
         env["CUDA_VISIBLE_DEVICES"] = ""  # the CPU, whatever the machine has
         command = build_command(args.python, tests, classes, args.pytest_args)
-        run = subprocess.run(command, env=env, cwd=tests, capture_output=True, text=True, check=False)
+        # pytest's own output (progress, one line per failure) goes to ours as it comes.
+        run = subprocess.run(command, env=env, cwd=tests, check=False)
         if run.returncode not in (0, 1) or not results.is_file():
             # 0 and 1 are pytest's "all passed" and "some failed"; anything else stopped the run.
-            tail = (run.stdout + run.stderr).strip().splitlines()[-15:]
-            print(f"torchvision_suite: pytest stopped (exit status {run.returncode}); its last lines:\n"
-                  + "\n".join(tail), file=sys.stderr)
+            print(f"torchvision_suite: pytest stopped (exit status {run.returncode}) before it finished; "
+                  "see its output above", file=sys.stderr)
             return 1
         data = json.loads(results.read_text())
     if args.json:
@@ -249,7 +254,7 @@ def _on_path(name: str) -> bool:
 
 # ---------------------------------------------------------------------------- the pytest plugin (inner process)
 
-_state: dict[str, Any] = {"records": {}, "blocked": [], "environment": {}}
+_state: dict[str, Any] = {"records": {}, "blocked": [], "environment": {}, "opcheck_generated": set()}
 
 
 def _import_torchvision() -> str:
@@ -268,7 +273,7 @@ def _import_torchvision() -> str:
                 return lambda fn: fn
         return original(op, *args, **kwargs)
 
-    torch.library.register_fake = tolerant  # type: ignore[assignment]
+    torch.library.register_fake = tolerant
     try:
         import torchvision
     finally:
@@ -289,12 +294,14 @@ def _block(op: str, key: str) -> Any:
     return kernel
 
 
-def pytest_configure(config: Any) -> None:
+def pytest_load_initial_conftests(early_config: Any, parser: Any, args: list[str]) -> None:
+    """Before torchvision's conftest.py imports torchvision: import it here, then substitute."""
     import warnings
 
     import torch
-    import torch.testing._internal.optests as optests
+    import torch.testing._internal.optests
 
+    optests: Any = torch.testing._internal.optests  # generate_opcheck_tests is not in its __all__
     kernels = _import_torchvision()
     import torchvision
 
@@ -324,9 +331,11 @@ def pytest_configure(config: Any) -> None:
 
     def generate_for_opkiln(testcase: Any, namespaces: list[str], *args: Any, **kwargs: Any) -> Any:
         namespaces = ["opkiln" if n == "torchvision" else n for n in namespaces]
+        _state["opcheck_generated"].add(testcase.__name__)
         return generate(testcase, namespaces, *args, **kwargs)
 
     optests.generate_opcheck_tests = generate_for_opkiln
+    _count_opkiln_kernels(torch)
 
     info = opkiln.build_info() if hasattr(opkiln, "build_info") else {}
     _state["environment"] = {
@@ -336,21 +345,62 @@ def pytest_configure(config: Any) -> None:
     }
 
 
-def _profiled(runtest: Any, nodeid: str) -> Any:
-    def run() -> None:
-        import torch.profiler
+def _count_opkiln_kernels(torch: Any) -> None:
+    """Wrap the CPU kernel of each opkiln op of the families (the same names as TORCHVISION_OPS) in a
+    counter that calls the original: every run of one, from eager code, TorchScript, FX, autograd or
+    opcheck, is counted."""
+    import warnings
 
-        blocked_before = len(_state["blocked"])
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+    library = torch.library.Library("opkiln", "IMPL")
+    _state["opkiln_library"] = library  # kept alive for the session
+    counts: dict[str, int] = _state.setdefault("opkiln_counts", {})
+    for op in TORCHVISION_OPS:
+        kernel = torch._C._dispatch_get_computed_kernel_for_dispatch_key(f"opkiln::{op}", "CPU")
+
+        def counted(keyset: Any, *args: Any, _kernel: Any = kernel, _op: str = op) -> Any:
+            counts[_op] = counts.get(_op, 0) + 1
+            return _kernel.call_boxed(keyset, *args)
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "overriding a previously registered kernel"
+            library.impl(op, counted, "CPU", with_keyset=True)
+
+
+def _counted(runtest: Any, nodeid: str) -> Any:
+    def run() -> None:
+        counts: dict[str, int] = _state["opkiln_counts"]
+        before, blocked_before = dict(counts), len(_state["blocked"])
+        try:
             runtest()
-        calls: dict[str, dict[str, int]] = {"opkiln": {}, "torchvision": {}}
-        for event in prof.events():
-            namespace, _, op = event.name.partition("::")
-            if namespace in calls and op:
-                calls[namespace][op] = calls[namespace].get(op, 0) + 1
-        _state["records"][nodeid] = {"opkiln_calls": calls["opkiln"], "torchvision_calls": calls["torchvision"],
-                                     "blocked": sorted(set(_state["blocked"][blocked_before:]))}
+        finally:
+            calls = {op: n - before.get(op, 0) for op, n in counts.items() if n > before.get(op, 0)}
+            blocked = _state["blocked"][blocked_before:]
+            _state["records"].setdefault(nodeid, {}).update({
+                "opkiln_calls": calls,
+                "torchvision_calls": {op: blocked.count(op) for op in set(blocked)},
+                "blocked": sorted(set(blocked)),
+            })
     return run
+
+
+def pytest_pycollect_makeitem(collector: Any, name: str, obj: Any) -> None:
+    """With --opcheck-all: torch's opcheck tests for a chosen class test_ops.py generates none for,
+    made as test_ops.py makes TestNMS's (its OPTESTS and failures dict; the opkiln namespace)."""
+    import inspect
+
+    if not os.environ.get(OPCHECK_ENV) or not inspect.isclass(obj) or name not in CLASSES.values():
+        return None
+    if name in _state["opcheck_generated"] or not hasattr(collector, "module"):
+        return None
+    import torch.testing._internal.optests
+
+    optests: Any = torch.testing._internal.optests
+    module = collector.module
+    optests.generate_opcheck_tests(
+        testcase=obj, namespaces=["opkiln"],
+        failures_dict_path=str(Path(module.__file__).with_name("optests_failures_dict.json")),
+        additional_decorators={}, test_utils=list(module.OPTESTS))
+    return None
 
 
 def pytest_collection_modifyitems(items: list[Any]) -> None:
@@ -360,7 +410,7 @@ def pytest_collection_modifyitems(items: list[Any]) -> None:
         for marker in ("needs_cuda", "needs_mps"):  # this suite is the CPU's, whatever the conftest does
             if item.get_closest_marker(marker) is not None:
                 item.add_marker(pytest.mark.skip(reason=f"{marker}: torchvision_suite runs on the CPU"))
-        item.runtest = _profiled(item.runtest, item.nodeid)
+        item.runtest = _counted(item.runtest, item.nodeid)
 
 
 def pytest_runtest_logreport(report: Any) -> None:
