@@ -8,7 +8,7 @@
 namespace opkiln::kernels::row_reduce_cpu {
 
 // Eight interleaved partial sums added in lane order: the compiler may vectorize them without
-// reassociating one long chain, and the order is fixed (rms_norm's CPU kernel sums the same way).
+// reassociating one long chain, and the order is fixed (rms_norm's CPU kernel sums with it too).
 constexpr int kLanes = 8;
 
 template <typename Acc, typename F>

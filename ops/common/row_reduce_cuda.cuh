@@ -21,16 +21,18 @@ __device__ __forceinline__ Acc warp_sum(Acc v) {
   return v;
 }
 
-// The sum over the block, the same value in every thread; scratch: 32 Acc of shared memory.
+// The sum over the block (blockDim.x a multiple of 32), the same value in every thread; scratch: 32 Acc
+// of shared memory, reused call after call (rms_norm's kernels use it too).
 template <typename Acc>
 __device__ __forceinline__ Acc block_sum(Acc v, Acc* scratch) {
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
+  const int warps = blockDim.x >> 5;
   v = warp_sum(v);
   __syncthreads();  // the previous call's readers are done with scratch
   if (lane == 0) scratch[warp] = v;
   __syncthreads();
-  return warp_sum(lane < static_cast<int>(blockDim.x >> 5) ? scratch[lane] : Acc(0));
+  return warp_sum(lane < warps ? scratch[lane] : Acc(0));
 }
 
 template <typename Op, typename T>

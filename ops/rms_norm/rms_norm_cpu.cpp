@@ -3,28 +3,11 @@
 #include <cmath>
 
 #include "common/half_float.h"
+#include "common/row_reduce_cpu.h"
 
 namespace opkiln::kernels {
-namespace {
 
-// Eight independent partial sums: the compiler may vectorize them without
-// reassociating one long chain, and the rounding error grows more slowly.
-constexpr int kLanes = 8;
-
-template <typename Acc, typename F>
-Acc lane_sum(std::int64_t n, F&& term) {
-  Acc part[kLanes] = {};
-  std::int64_t c = 0;
-  for (; c + kLanes <= n; c += kLanes) {
-    for (int k = 0; k < kLanes; ++k) part[k] += term(c + k);
-  }
-  for (; c < n; ++c) part[0] += term(c);
-  Acc total = 0;
-  for (int k = 0; k < kLanes; ++k) total += part[k];
-  return total;
-}
-
-}  // namespace
+// Row sums: the row-wise home's fixed-order eight-lane sum (common/row_reduce_cpu.h).
 
 void rms_norm_forward_cpu(ScalarKind kind, const void* x, const void* w, void* y, void* rstd,
                           std::int64_t row_begin, std::int64_t row_end, std::int64_t cols, double eps) {
@@ -38,7 +21,7 @@ void rms_norm_forward_cpu(ScalarKind kind, const void* x, const void* w, void* y
     for (std::int64_t r = row_begin; r < row_end; ++r) {
       const T* xr = px + r * cols;
       T* yr = py + r * cols;
-      const Acc ss = lane_sum<Acc>(cols, [&](std::int64_t c) {
+      const Acc ss = row_reduce_cpu::lane_sum<Acc>(cols, [&](std::int64_t c) {
         const Acc v = C::load(xr[c]);
         return v * v;
       });
@@ -67,7 +50,7 @@ void rms_norm_backward_cpu(ScalarKind kind, const void* grad, const void* x, con
       const T* xr = px + r * cols;
       T* dxr = pdx + r * cols;
       const Acc inv = pr[r];
-      const Acc dot = lane_sum<Acc>(cols, [&](std::int64_t c) {
+      const Acc dot = row_reduce_cpu::lane_sum<Acc>(cols, [&](std::int64_t c) {
         return C::load(gr[c]) * C::load(pw[c]) * C::load(xr[c]);
       });
       const Acc coef = cols > 0 ? inv * inv * dot / static_cast<Acc>(cols) : Acc(0);

@@ -11,6 +11,7 @@
 // sums those rows in a fixed order (deterministic, no atomics).
 #include "rms_norm/rms_norm.h"
 #include "common/cuda_common.cuh"
+#include "common/row_reduce_cuda.cuh"
 
 namespace opkiln::kernels {
 // A named namespace, not an anonymous one: nvcc hashes the absolute source path into
@@ -41,26 +42,9 @@ __device__ __forceinline__ void store_once(P* p, const P& v) {
   __stcs(reinterpret_cast<int4*>(p), *reinterpret_cast<const int4*>(&v));
 }
 
-template <typename Acc>
-__device__ __forceinline__ Acc warp_sum(Acc v) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
-  return v;
-}
-
-// Sum over the block (blockDim.x a multiple of 32); every thread gets the same
-// value. scratch: 32 Acc in shared memory, reused call after call.
-template <typename Acc>
-__device__ __forceinline__ Acc block_sum(Acc v, Acc* scratch) {
-  const int lane = threadIdx.x & 31;
-  const int warp = threadIdx.x >> 5;
-  const int warps = blockDim.x >> 5;
-  v = warp_sum(v);
-  __syncthreads();  // the previous call's readers are done with scratch
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  return warp_sum(lane < warps ? scratch[lane] : Acc(0));
-}
+// Sum over the block (blockDim.x a multiple of 32), the same value in every thread: the row-wise
+// home's (common/row_reduce_cuda.cuh), which this kernel's was.
+using row_reduce_cu::block_sum;
 
 template <typename Acc>
 __device__ __forceinline__ Acc inv_rms(Acc sum_sq, std::int64_t cols, Acc eps) {
