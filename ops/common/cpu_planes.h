@@ -103,8 +103,9 @@ struct RoiKernel {
 template <typename Geometry, typename F>
 void dispatch_roi_kernel(ScalarKind kind, const Geometry& g, const void* in, const void* rois, void* out, F&& f) {
   dispatch_float_kinds(static_cast<int>(kind), [&]<typename T>() {
-    f.template operator()<RoiKernel<T>>(RoiKernel<T>{static_cast<const T*>(in), static_cast<const T*>(rois), static_cast<T*>(out), g.height * g.width,
-                   g.pooled_height * g.pooled_width});
+    const RoiKernel<T> x{static_cast<const T*>(in), static_cast<const T*>(rois), static_cast<T*>(out),
+                         g.height * g.width, g.pooled_height * g.pooled_width};
+    f.template operator()<RoiKernel<T>>(x);
   });
 }
 
@@ -120,8 +121,8 @@ void roi_backward_planes(ScalarKind kind, const Geometry& g, const void* grad_ou
     using Roi = decltype(make_roi(x, std::int64_t{0}));
     overwrite_roi_planes<Roi>(x.out, begin, end, g.channels, x.plane, g.rois,
                               [&](std::int64_t k) { return make_roi(x, k); },
-                              [&](std::int64_t c_begin, std::int64_t nc, auto* target, const std::vector<Roi>& batch_rois,
-                                  const std::vector<std::int64_t>& ids) { body(x, c_begin, nc, target, batch_rois, ids); });
+                              [&](std::int64_t c_begin, std::int64_t nc, auto* target, const std::vector<Roi>& rs,
+                                  const std::vector<std::int64_t>& ids) { body(x, c_begin, nc, target, rs, ids); });
   });
 }
 

@@ -4,18 +4,14 @@
 // file and instantiate with OPKILN_PS_ROI_CUDA(Op).
 #pragma once
 
-#include "common/cuda_common.cuh"
-#include "common/cuda_scatter.cuh"
 #include "common/ps_roi.h"
+#include "common/roi_launch.cuh"
 
 namespace opkiln::kernels::ps_roi_cu {
 
 template <typename Op, typename T>
 __device__ __forceinline__ auto load_roi(const T* rois, std::int64_t k, const PsRoiGeometry& g) {
-  using C = cuda::Convert<T>;
-  const T* r = rois + k * kRoiColumns;
-  return Op::template roi<typename C::Acc>(C::load(r[0]), C::load(r[1]), C::load(r[2]), C::load(r[3]), C::load(r[4]),
-                                           g);
+  return cuda::load_roi(rois, k, [&](auto... v) { return Op::template roi<typename cuda::Convert<T>::Acc>(v..., g); });
 }
 
 template <typename Op, typename T>
@@ -59,25 +55,16 @@ namespace opkiln::kernels {
 template <typename Op>
 CudaStatus ps_roi_forward_cuda(ScalarKind kind, const PsRoiGeometry& g, const void* input, const void* rois,
                                void* output, std::int32_t* channel_mapping, CudaStream stream) {
-  const std::int64_t total = g.rois * g.channels_out * g.pooled_height * g.pooled_width;
-  if (total == 0) return 0;
-  return cuda::dispatch_float_kinds(kind, [&]<typename T>() -> CudaStatus {
-    ps_roi_cu::forward_kernel<Op, T><<<cuda::grid_for(total), cuda::kThreads, 0, stream>>>(
-        static_cast<const T*>(input), static_cast<const T*>(rois), static_cast<T*>(output), channel_mapping, g, total);
-    return cuda::last_launch_status();
-  });
+  return cuda::launch_forward(kind, g, g.channels_out, input, rois, output, channel_mapping, stream,
+                              [](auto t) { return &ps_roi_cu::forward_kernel<Op, typename decltype(t)::type>; });
 }
 
 template <typename Op>
 CudaStatus ps_roi_backward_cuda(ScalarKind kind, const PsRoiGeometry& g, const void* grad_output, const void* rois,
                                 void* grad_input, void* workspace, std::size_t workspace_bytes, CudaStream stream) {
-  const std::int64_t total = g.rois * g.channels_out * g.pooled_height * g.pooled_width;
-  return cuda::dispatch_scatter_add(kind, grad_input, g.batch * g.channels * g.height * g.width, workspace,
-                                    workspace_bytes, stream, [&]<typename T>(typename cuda::Convert<T>::Acc* target) {
-    if (total == 0) return;
-    ps_roi_cu::backward_kernel<Op, T><<<cuda::grid_for(total), cuda::kThreads, 0, stream>>>(
-        static_cast<const T*>(grad_output), static_cast<const T*>(rois), target, g, total);
-  });
+  return cuda::launch_backward(
+      kind, g, g.channels_out, grad_output, rois, grad_input, workspace, workspace_bytes, stream,
+      [](auto t) { return &ps_roi_cu::backward_kernel<Op, typename decltype(t)::type>; });
 }
 
 }  // namespace opkiln::kernels

@@ -21,7 +21,8 @@
 //   static RoiValue<Acc> finish(const Roi<Acc>&, const State<Acc>&);
 //   optional, CPU forward only (common/roi_family_cpu.h): static constexpr int kPlanes (channel
 //   planes folded side by side, default 4) and
-//   template <int G, typename Acc, typename Load> static void fold_planes(std::array<State<Acc>, G>&, const Tap<Acc>&, Load);
+//   template <int G, typename Acc, typename Load>
+//   static void fold_planes(std::array<State<Acc>, G>&, const Tap<Acc>&, Load);
 //     (load(i, offset): plane i's value; each plane's state as fold gives it alone)
 //   kIndex == false only (the backward through the taps):
 //   static Acc grad(const Roi<Acc>&, Acc grad_output);          (the bin's gradient)

@@ -121,7 +121,9 @@ void roi_family_forward_cpu(ScalarKind kind, const RoiFamilyGeometry& g, const v
           if constexpr (roi_family_cpu::kOneTap<Op>) {
             roi_family_cpu::fold_planes<Op, G>(state, tap[bin], load);
           } else {
-            for (std::size_t t = first[bin]; t < first[bin + 1]; ++t) roi_family_cpu::fold_planes<Op, G>(state, tap[t], load);
+            for (std::size_t t = first[bin]; t < first[bin + 1]; ++t) {
+              roi_family_cpu::fold_planes<Op, G>(state, tap[t], load);
+            }
           }
           for (int i = 0; i < G; ++i) {
             const RoiValue<Acc> v = Op::finish(roi, state[i]);

@@ -4,9 +4,8 @@
 // OPKILN_ROI_FAMILY_CUDA(Op).
 #pragma once
 
-#include "common/cuda_common.cuh"
-#include "common/cuda_scatter.cuh"
 #include "common/roi_family.h"
+#include "common/roi_launch.cuh"
 
 // A named namespace, not an anonymous one: nvcc hashes the absolute source path into
 // anonymous-namespace names, which would make the fatbin differ between checkouts.
@@ -20,10 +19,9 @@ struct InStorage {
 
 template <typename Op, typename T>
 __device__ __forceinline__ auto load_roi(const T* rois, std::int64_t k, const RoiFamilyGeometry& g) {
-  using C = cuda::Convert<T>;
-  const T* r = rois + k * kRoiColumns;
-  return Op::template roi<typename C::Acc>(C::load(r[0]), C::load(r[1]), C::load(r[2]), C::load(r[3]), C::load(r[4]),
-                                           g, InStorage<T>{});
+  return cuda::load_roi(rois, k, [&](auto... v) {
+    return Op::template roi<typename cuda::Convert<T>::Acc>(v..., g, InStorage<T>{});
+  });
 }
 
 template <typename Op, typename T>
@@ -81,26 +79,17 @@ namespace opkiln::kernels {
 template <typename Op>
 CudaStatus roi_family_forward_cuda(ScalarKind kind, const RoiFamilyGeometry& g, const void* input, const void* rois,
                                    void* output, std::int32_t* index, CudaStream stream) {
-  const std::int64_t total = g.rois * g.channels * g.pooled_height * g.pooled_width;
-  if (total == 0) return 0;
-  return cuda::dispatch_float_kinds(kind, [&]<typename T>() -> CudaStatus {
-    roi_family_cu::forward_kernel<Op, T><<<cuda::grid_for(total), cuda::kThreads, 0, stream>>>(
-        static_cast<const T*>(input), static_cast<const T*>(rois), static_cast<T*>(output), index, g, total);
-    return cuda::last_launch_status();
-  });
+  return cuda::launch_forward(kind, g, g.channels, input, rois, output, index, stream,
+                              [](auto t) { return &roi_family_cu::forward_kernel<Op, typename decltype(t)::type>; });
 }
 
 template <typename Op>
 CudaStatus roi_family_backward_cuda(ScalarKind kind, const RoiFamilyGeometry& g, const void* grad_output,
                                     const void* rois, const std::int32_t* index, void* grad_input, void* workspace,
                                     std::size_t workspace_bytes, CudaStream stream) {
-  const std::int64_t total = g.rois * g.channels * g.pooled_height * g.pooled_width;
-  return cuda::dispatch_scatter_add(kind, grad_input, g.batch * g.channels * g.height * g.width, workspace,
-                                    workspace_bytes, stream, [&]<typename T>(typename cuda::Convert<T>::Acc* target) {
-    if (total == 0) return;
-    roi_family_cu::backward_kernel<Op, T><<<cuda::grid_for(total), cuda::kThreads, 0, stream>>>(
-        static_cast<const T*>(grad_output), static_cast<const T*>(rois), index, target, g, total);
-  });
+  return cuda::launch_backward(
+      kind, g, g.channels, grad_output, rois, grad_input, workspace, workspace_bytes, stream,
+      [](auto t) { return &roi_family_cu::backward_kernel<Op, typename decltype(t)::type>; }, index);
 }
 
 }  // namespace opkiln::kernels
