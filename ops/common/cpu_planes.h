@@ -29,7 +29,9 @@ constexpr std::int64_t kScratchFloats = std::int64_t{1} << 20;
 // Overwrites the planes [c_begin, c_end) of `image` (plane: values per plane) with what
 // add(c0, nc, target) accumulates into the zeroed planes [c0, c0 + nc) at `target`: the planes'
 // own memory for float32/float64; for float16/bfloat16 a float32 scratch, rounded once.
-template <typename T, typename F>
+// kZero = false: add zeroes each plane itself before its first add (a plane zeroed just before it
+// is used is in cache: one pass over memory fewer); the scratch is zeroed either way.
+template <bool kZero = true, typename T, typename F>
 void overwrite_planes(T* image, std::int64_t c_begin, std::int64_t c_end, std::int64_t plane,
                       std::vector<float>& scratch, F&& add) {
   using Acc = decltype(Convert<T>::load(T{}));
@@ -39,7 +41,7 @@ void overwrite_planes(T* image, std::int64_t c_begin, std::int64_t c_end, std::i
     const std::int64_t nc = std::min(chunk, c_end - c0);
     T* planes = image + c0 * plane;
     if constexpr (kDirect) {
-      std::fill(planes, planes + nc * plane, Acc(0));
+      if constexpr (kZero) std::fill(planes, planes + nc * plane, Acc(0));
       add(c0, nc, planes);
     } else {
       scratch.assign(static_cast<std::size_t>(nc * plane), 0.0f);
@@ -53,8 +55,8 @@ void overwrite_planes(T* image, std::int64_t c_begin, std::int64_t c_end, std::i
 // planes the range [begin, end) of the N * C planes (b * C + c) touches, the rois of b in roi
 // order (load_roi(k): roi k, with .valid and .batch) and their indices, then
 // add(c0, nc, target, rois, ids) accumulates into the zeroed planes [c0, c0 + nc) of image b
-// (overwrite_planes: float32 scratch for 16-bit T).
-template <typename Roi, typename T, typename LoadRoi, typename Add>
+// (overwrite_planes: float32 scratch for 16-bit T; kZero as there).
+template <typename Roi, bool kZero = true, typename T, typename LoadRoi, typename Add>
 void overwrite_roi_planes(T* grad_input, std::int64_t begin, std::int64_t end, std::int64_t channels,
                           std::int64_t plane, std::int64_t num_rois, LoadRoi&& load_roi, Add&& add) {
   std::vector<float> scratch;
@@ -70,7 +72,7 @@ void overwrite_roi_planes(T* grad_input, std::int64_t begin, std::int64_t end, s
         ids.push_back(k);
       }
     }
-    overwrite_planes(grad_input + b * channels * plane, c_begin, c_end, plane, scratch,
+    overwrite_planes<kZero>(grad_input + b * channels * plane, c_begin, c_end, plane, scratch,
                      [&](std::int64_t c0, std::int64_t nc, auto* target) { add(c0, nc, target, rois, ids); });
   });
 }
@@ -112,14 +114,15 @@ void dispatch_roi_kernel(ScalarKind kind, const Geometry& g, const void* in, con
 // The CPU backward of a RoI op over grad_input planes [begin, end) of the N * C planes, each
 // overwritten by the thread that owns it (overwrite_roi_planes): make_roi(x, k) is roi k (x: the
 // RoiKernel), and body(x, c_begin, nc, target, rois, ids) accumulates into the zeroed planes
-// [c_begin, c_begin + nc) of one image at target, from that image's rois (in roi order) and their ids.
-template <typename Geometry, typename MakeRoi, typename Body>
+// [c_begin, c_begin + nc) of one image at target, from that image's rois (in roi order) and their ids
+// (kZero = false: body zeroes each plane before its first add, overwrite_planes).
+template <bool kZero = true, typename Geometry, typename MakeRoi, typename Body>
 void roi_backward_planes(ScalarKind kind, const Geometry& g, const void* grad_output, const void* rois,
                          void* grad_input, std::int64_t begin, std::int64_t end, MakeRoi&& make_roi, Body&& body) {
   if (begin >= end || g.channels <= 0) return;
   dispatch_roi_kernel(kind, g, grad_output, rois, grad_input, [&]<typename X>(const X& x) {
     using Roi = decltype(make_roi(x, std::int64_t{0}));
-    overwrite_roi_planes<Roi>(x.out, begin, end, g.channels, x.plane, g.rois,
+    overwrite_roi_planes<Roi, kZero>(x.out, begin, end, g.channels, x.plane, g.rois,
                               [&](std::int64_t k) { return make_roi(x, k); },
                               [&](std::int64_t c_begin, std::int64_t nc, auto* target, const std::vector<Roi>& rs,
                                   const std::vector<std::int64_t>& ids) { body(x, c_begin, nc, target, rs, ids); });

@@ -3,6 +3,7 @@
 // source and instantiate with OPKILN_PS_ROI_CPU(Op).
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <type_traits>
 #include <vector>
@@ -94,7 +95,7 @@ void ps_roi_forward_cpu(ScalarKind kind, const PsRoiGeometry& g, const void* inp
 template <typename Op>
 void ps_roi_backward_cpu(ScalarKind kind, const PsRoiGeometry& g, const void* grad_output, const void* rois,
                          void* grad_input, std::int64_t begin, std::int64_t end) {
-  cpu::roi_backward_planes(
+  cpu::roi_backward_planes</*kZero=*/false>(  // each plane zeroed just before its bin's adds
       kind, g, grad_output, rois, grad_input, begin, end,
       [&](const auto& x, std::int64_t k) { return ps_roi_cpu::load_roi<Op>(x, k, g); },
       [&]<typename X>(const X& x, std::int64_t c_begin, std::int64_t nc, auto* target, const auto& batch_rois,
@@ -109,6 +110,10 @@ void ps_roi_backward_cpu(ScalarKind kind, const PsRoiGeometry& g, const void* gr
           const std::int64_t lo = (c_begin - bin + bins - 1) / bins;
           const std::int64_t hi = (c_begin + nc - bin + bins - 1) / bins;
           if (lo >= hi) continue;
+          for (std::int64_t c_out = lo; c_out < hi; ++c_out) {
+            auto* p = target + (c_out * bins + bin - c_begin) * plane;
+            std::fill(p, p + plane, Acc(0));
+          }
           for (std::size_t i = 0; i < batch_rois.size(); ++i) {
             const auto* grads = x.in + batch_roi_ids[i] * g.channels_out * bins + bin;  // c_out's at c_out * bins
             const auto planes = [&]<int G>(std::int64_t c_out) {
