@@ -246,3 +246,16 @@ def test_a_target_torch_of_minor_zero_has_no_older_minor(libs: dict[str, bytes],
     pin = _failed(artifact)[("wheel-tag", "torch-pin")]
     assert "torch requirement 'torch>=2.9' allows 3.1.0 (the target torch 3.0.0+cpu, chosen by that requirement)" \
         in pin.detail
+
+
+def test_a_kiln_build_is_judged_by_its_build_infos_torch_not_again_as_a_foreign_wheel(libs: dict[str, bytes],
+                                                                                      tmp_path: Path) -> None:
+    """Build info naming the torch: a missing requirement is told once, against that torch; the foreign wheels'
+    torch-pin finding (judged from what the binaries link) is not added beside it."""
+    info = {"version": "0.1.0", "python_tag": "cp311", "cuda": None, "torch_version": "2.13.0+cpu",
+            "abi_mode": "torch", "cuda_tag": "cpu"}
+    artifact = _audit(tmp_path, {"kilntest/cxx.so": libs["cxx.so"]}, (), build_info=info)
+    found = _failed(artifact)
+    assert "METADATA has no torch requirement, but the binaries only work with torch 2.13.0" in \
+        found[("wheel-tag", "")].detail
+    assert ("wheel-tag", "torch-pin") not in found, found
