@@ -63,15 +63,15 @@ TORCHVISION_OPS = ("nms", "roi_align", "_roi_align_backward", "roi_pool", "_roi_
 BLOCKED_KEYS = ("CPU", "QuantizedCPU", "Meta")
 
 # Tests (node id pattern, after the file name) that fail because opkiln deliberately differs from
-# torchvision (docs/torchvision-compat.md, "What still differs"). They run; each must fail.
+# torchvision (docs/torchvision-compat.md, "What still differs"), and the opcheck tests generated from
+# them (test_<util>__<test>). They run; each must fail.
 KNOWN_DIFFERENCES: dict[str, str] = {
-    r"TestRoIAlign::test_qroialign\[": "quantized tensors are refused with the dequantize workaround "
-                                       "(torchvision has quantized roi_align kernels)",
-    r"TestRoIAlign::test_qroi_align_multiple_images$": "quantized tensors are refused (NotImplementedError, "
-                                                        "not torchvision's RuntimeError)",
-    r"TestNMS::test_qnms\[": "quantized tensors are refused with the dequantize workaround "
-                            "(torchvision's qnms computes IoU on the integer values)",
-    r"TestNMS::test_\w+__test_qnms\[": "a generated opcheck test of test_qnms: quantized tensors are refused",
+    r"TestRoIAlign::(\w+__)?test_qroialign\[": "quantized tensors are refused with the dequantize workaround "
+                                              "(torchvision has quantized roi_align kernels)",
+    r"TestRoIAlign::(\w+__)?test_qroi_align_multiple_images$": "quantized tensors are refused "
+                                                               "(NotImplementedError, not torchvision's RuntimeError)",
+    r"TestNMS::(\w+__)?test_qnms\[": "quantized tensors are refused with the dequantize workaround "
+                                   "(torchvision's qnms computes IoU on the integer values)",
 }
 
 RESULTS_ENV = "TORCHVISION_SUITE_RESULTS"
