@@ -309,3 +309,23 @@ def test_a_registering_library_with_a_damaged_symtab_is_judged_as_a_stripped_one
     (library,) = [c for c in artifact.libraries[0].checks if c.id == "registration"]
     assert library.ok
     assert library.detail == f"registration initializers present (1 registration API symbol(s) referenced: {INIT_API})"
+
+
+def test_a_symtab_of_an_unusual_entry_size_is_read_not_raised(corpus: Corpus, tmp_path: Path) -> None:
+    """A .symtab whose sh_entsize is not the standard Elf64_Sym size (48 here, a multiple of the table's size) is
+    read the slow way (pyelftools, at that stride): the library and the wheel are judged, nothing escapes."""
+    from elftools.elf.elffile import ELFFile
+
+    data = corpus["libregister.so"].read_bytes()
+    elf = ELFFile(io.BytesIO(data))
+    (index,) = [i for i, s in enumerate(elf.iter_sections()) if s["sh_type"] == "SHT_SYMTAB"]
+    header = elf["e_shoff"] + index * elf["e_shentsize"]
+    odd = bytearray(data)
+    struct.pack_into("<Q", odd, header + 0x38, 48)  # Elf64_Shdr.sh_entsize
+    struct.pack_into("<Q", odd, header + 0x20, elf.get_section(index)["sh_size"] // 48 * 48)  # sh_size
+    wheel = make_wheel(tmp_path, {"kilntest/liba.so": bytes(odd)}, build_info={"ops": ["kilntest::twice"]})
+    (artifact,) = audit_paths([wheel]).artifacts
+    (check,) = [c for c in artifact.checks if c.id == "registration"]
+    assert check.ok and check.detail == "namespaces: kilntest (kilntest/liba.so)"
+    (library,) = [c for c in artifact.libraries[0].checks if c.id == "registration"]
+    assert library.ok and library.detail.startswith("registration initializers present"), library.detail
