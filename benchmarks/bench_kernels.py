@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import platform
 import statistics
 import sys
@@ -344,9 +345,10 @@ def roi_call(op: Callable[..., torch.Tensor], x: torch.Tensor, rois: torch.Tenso
 
 
 def time_interleaved(ours: Callable[[], object], theirs: Callable[[], object],
-                     iters: int) -> tuple[float, float, float]:
-    """(our median ms, their median ms, median of the per-round ratios), the two timed in alternation, so that
-    a busy shared machine slows both alike (the ratio is the figure; the times move with the load)."""
+                     iters: int) -> tuple[float, float, float, float]:
+    """(our median ms, their median ms, median of the per-round ratios, ratio of the two bests), the two timed
+    in alternation, so that a busy shared machine slows both alike (the ratio is the figure; the times move
+    with the load)."""
     ours()
     theirs()
     pairs = []
@@ -359,7 +361,7 @@ def time_interleaved(ours: Callable[[], object], theirs: Callable[[], object],
             times[fn is ours] = (time.perf_counter() - t0) * 1e3
         pairs.append((times[True], times[False]))
     return (statistics.median(p[0] for p in pairs), statistics.median(p[1] for p in pairs),
-            statistics.median(p[0] / p[1] for p in pairs))
+            statistics.median(p[0] / p[1] for p in pairs), min(p[0] for p in pairs) / min(p[1] for p in pairs))
 
 
 def nms_call(nms: Callable[..., torch.Tensor]) -> Callable[[], object]:
@@ -367,11 +369,25 @@ def nms_call(nms: Callable[..., torch.Tensor]) -> Callable[[], object]:
     return lambda: nms(boxes, scores, 0.5)
 
 
-def row(op: str, shape: str, threads: int, kind: str, ours_ms: float, tv_ms: float, ratio: float) -> dict[str, Any]:
+def row(op: str, shape: str, threads: int, kind: str, timing: tuple[float, float, float, float]) -> dict[str, Any]:
+    ours_ms, tv_ms, ratio, best_ratio = timing
     print(f"  {op + ' ' + shape + f' ({threads} thr)':62s} {kind:8s} opkiln {ours_ms:9.3f} ms  torchvision "
           f"{tv_ms:9.3f} ms  {ratio:.2f}x", flush=True)
     return {"op": op, "shape": shape, "threads": threads, "pass": kind, "opkiln_ms": round(ours_ms, 3),
-            "torchvision_ms": round(tv_ms, 3), "ratio": round(ratio, 3)}
+            "torchvision_ms": round(tv_ms, 3), "ratio": round(ratio, 3), "best_ratio": round(best_ratio, 3)}
+
+
+def print_table(table: list[dict[str, Any]], loads: tuple[tuple[float, ...], tuple[float, ...]]) -> None:
+    """The whole RoI family + nms table in one piece: median times, the median of the per-round ratios (the
+    figure the target reads) and the ratio of the best times, with the load average before and after."""
+    print(f"\nRoI family + nms beside torchvision on the CPU (target <= {ROI_FAMILY_TARGET}x; load average "
+          f"{' '.join(f'{v:.2f}' for v in loads[0])} before, {' '.join(f'{v:.2f}' for v in loads[1])} after)")
+    print(f"  {'op':13s} {'shape':38s} {'thr':>3s} {'pass':8s} {'opkiln ms':>10s} {'tv ms':>10s} {'ratio':>6s} "
+          f"{'best':>6s}  met")
+    for r in table:
+        print(f"  {r['op']:13s} {r['shape']:38s} {r['threads']:3d} {r['pass']:8s} {r['opkiln_ms']:10.3f} "
+              f"{r['torchvision_ms']:10.3f} {r['ratio']:6.2f} {r['best_ratio']:6.2f}  "
+              f"{'yes' if r['ratio'] <= ROI_FAMILY_TARGET else 'NO'}")
 
 
 def bench_roi_family(report: Report, iters: int, threads: list[int]) -> list[dict[str, Any]]:
@@ -390,6 +406,7 @@ def bench_roi_family(report: Report, iters: int, threads: list[int]) -> list[dic
         "ps_roi_pool": (opkiln.ops.ps_roi_pool, tv_ops.ps_roi_pool, ((pooled, pooled), 1.0), True),
     }
     saved = torch.get_num_threads()
+    load_before = os.getloadavg()
     try:
         for t in threads:
             torch.set_num_threads(t)
@@ -399,16 +416,17 @@ def bench_roi_family(report: Report, iters: int, threads: list[int]) -> list[dic
                     channels = c // 49 * 49 if position_sensitive else c
                     x = torch.randn(n, channels, h, w, generator=torch.Generator().manual_seed(0))
                     for kind in ("fwd", "fwd+bwd"):
-                        ours_ms, tv_ms, ratio = time_interleaved(roi_call(ours, x, rois, args, kind),
-                                                                 roi_call(theirs, x, rois, args, kind), iters)
-                        table.append(row(name, label, t, kind, ours_ms, tv_ms, ratio))
+                        timing = time_interleaved(roi_call(ours, x, rois, args, kind),
+                                                  roi_call(theirs, x, rois, args, kind), iters)
+                        table.append(row(name, label, t, kind, timing))
                     err = (ours(x, rois, *args) - theirs(x, rois, *args)).abs().max().item()
                     report.check(f"{name} {label} ({t} thr) fwd max abs error vs torchvision", err < 1e-4,
                                  max_abs_error=err)
-            ours_ms, tv_ms, ratio = time_interleaved(nms_call(opkiln.nms), nms_call(tv_ops.nms), iters)
-            table.append(row("nms", "10k boxes, iou 0.5", t, "fwd", ours_ms, tv_ms, ratio))
+            table.append(row("nms", "10k boxes, iou 0.5", t, "fwd",
+                             time_interleaved(nms_call(opkiln.nms), nms_call(tv_ops.nms), iters)))
     finally:
         torch.set_num_threads(saved)
+    print_table(table, (load_before, os.getloadavg()))
     met = [r for r in table if r["ratio"] <= ROI_FAMILY_TARGET]
     report.check(f"RoI family + nms <= {ROI_FAMILY_TARGET}x torchvision's CPU time", len(met) == len(table),
                  met=len(met), rows=len(table),
@@ -447,9 +465,12 @@ def main(argv: list[str] | None = None) -> int:
     env = {"device": device, "torch": torch.__version__, "opkiln": opkiln.__version__,
            "python": platform.python_version(),
            "gpu": torch.cuda.get_device_name() if device == "cuda" else platform.processor() or platform.machine(),
-           "threads": torch.get_num_threads(), "iters": iters, "timing": "cuda events, median" if device == "cuda"
-           else "perf_counter, median"}
+           "threads": torch.get_num_threads(), "iters": iters, "load_average": os.getloadavg(),
+           "command": " ".join([Path(sys.executable).name, *sys.argv]),
+           "timing": "cuda events, median" if device == "cuda" else "perf_counter, median"}
     print(f"opkiln kernel benchmark on {env['gpu']} ({device}), torch {env['torch']}, opkiln {env['opkiln']}")
+    print(f"  command: {env['command']}; load average {' '.join(f'{v:.2f}' for v in env['load_average'])}"
+          + (f"; RoI table at {' and '.join(map(str, args.threads))} thread(s)" if args.roi_family else ""))
     report = Report(device)
     if args.roi_family:
         table = bench_roi_family(report, iters, args.threads)
