@@ -66,26 +66,34 @@ void ps_roi_forward_cpu(ScalarKind kind, const PsRoiGeometry& g, const void* inp
       for (std::int64_t ph = 0; ph < g.pooled_height; ++ph) {
         for (std::int64_t pw = 0; pw < g.pooled_width; ++pw) {
           const std::int64_t bin = ph * g.pooled_width + pw;
-          const auto planes = [&]<int G>(std::int64_t c_out) {
+          // G planes from c_out, of which the first n are real (the others read nothing, give 0 and are
+          // not stored: a tail of n < G channels still computes the bin's geometry once).
+          const auto planes = [&]<int G>(std::int64_t c_out, int n) {
             const std::int64_t c_in = ps_input_channel(c_out, ph, pw, g);
             std::array<typename X::Acc, G> v{};
             if (roi.valid) {
               const auto* p = x.in + (roi.batch * g.channels + c_in) * plane;
               const std::int64_t stride = bins * plane;
-              v = ps_roi_cpu::forward_planes<Op, G>(roi, ph, pw, g, [p, stride](int i, std::int64_t o) {
-                return X::load(p[i * stride + o]);
+              v = ps_roi_cpu::forward_planes<Op, G>(roi, ph, pw, g, [p, stride, n](int i, std::int64_t o) {
+                return i < n ? X::load(p[i * stride + o]) : typename X::Acc(0);
               });
             }
-            for (int i = 0; i < G; ++i) {
+            for (int i = 0; i < n; ++i) {
               const std::int64_t at = first + (c_out + i) * bins + bin;
               x.out[at] = X::store(v[i]);
               channel_mapping[at] = static_cast<std::int32_t>(c_in + i * bins);
             }
           };
           std::int64_t c = c_begin;
-          for (; c + 8 <= c_end; c += 8) planes.template operator()<8>(c);
-          for (; c + 4 <= c_end; c += 4) planes.template operator()<4>(c);
-          for (; c < c_end; ++c) planes.template operator()<1>(c);
+          for (; c + 8 <= c_end; c += 8) planes.template operator()<8>(c, 8);
+          const auto rest = static_cast<int>(c_end - c);
+          if (rest > 4) {
+            planes.template operator()<8>(c, rest);
+          } else if (rest > 1) {
+            planes.template operator()<4>(c, rest);
+          } else if (rest == 1) {
+            planes.template operator()<1>(c, 1);
+          }
         }
       }
     });
