@@ -122,7 +122,7 @@ TV_PYTHON ?= $(VPY)
 TV_CLASSES ?= NMS,RoIAlign,RoIPool,PSRoIAlign,PSRoIPool
 torchvision-suite:
 	@test -n "$(TV_TESTS)" || { echo "make torchvision-suite: set TV_TESTS to torchvision's test/ folder" >&2; exit 2; }
-	$(TV_PYTHON) scripts/torchvision_suite.py --tests "$(TV_TESTS)" --python "$(TV_PYTHON)" --classes "$(TV_CLASSES)"
+	$(TV_PYTHON) tests/tv_suite/torchvision_suite.py --tests "$(TV_TESTS)" --python "$(TV_PYTHON)" --classes "$(TV_CLASSES)"
 
 # gpu-carry: what scripts/gpu_check.sh needs on a GPU machine without network, in
 # .gpu_carry/ (ignored by git; name it in the device tool's `carry`): wheels of the

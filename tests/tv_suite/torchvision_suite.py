@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Run torchvision's own test_ops.py with opkiln's detection ops substituted for torchvision's.
 
-    scripts/torchvision_suite.py --tests TV_TEST_DIR [--python VENV/bin/python] [--classes PSRoIAlign,...]
+    tests/tv_suite/torchvision_suite.py --tests TV_TEST_DIR [--python VENV/bin/python] [--classes PSRoIAlign,...]
 
 TV_TEST_DIR is a checkout of torchvision's test/ folder (test_ops.py, common_utils.py, conftest.py,
 optests_failures_dict.json); it is not part of opkiln. The venv must hold torch, torchvision, pytest,

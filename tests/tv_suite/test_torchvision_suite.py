@@ -1,4 +1,4 @@
-"""scripts/torchvision_suite.py's own logic: how test records become per-class counts and an exit
+"""tests/tv_suite/torchvision_suite.py's own logic: how test records become per-class counts and an exit
 status, the known-difference patterns against torchvision's real test ids, bad arguments. The suite
 itself (torchvision's test_ops.py, which needs torchvision) runs with `make torchvision-suite`."""
 
@@ -18,7 +18,7 @@ try:
 except ImportError:  # the stable-ABI venvs run tests/ops with torch and pytest alone
     given = None
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "torchvision_suite.py"
+SCRIPT = Path(__file__).resolve().parent / "torchvision_suite.py"
 
 
 def _load() -> ModuleType:
