@@ -44,6 +44,8 @@ help:
 	@echo "make adopter-rehearsal the same for a project that is not opkiln (tests/adopters/projects/ringops)"
 	@echo "make container-repro   two container builds of the CPU wheel, compared byte for byte"
 	@echo "make compile-cost      benchmark: a second cu130 wheel's compile cost and cache hits"
+	@echo "make bench-roi         benchmark: the RoI family and nms beside torchvision 0.29.1 on the CPU"
+	@echo "make torchvision-suite TV_TESTS=DIR   torchvision's own test_ops.py on opkiln's ops (DIR: its test/)"
 
 # The repo venv .venv grows with what is asked of it: venv = the tool (what `make wheels`
 # needs), dev-venv = + the build toolchain, torch, lint and test tools, bench-venv = + plots.
@@ -123,6 +125,19 @@ TV_CLASSES ?= NMS,RoIAlign,RoIPool,PSRoIAlign,PSRoIPool
 torchvision-suite:
 	@test -n "$(TV_TESTS)" || { echo "make torchvision-suite: set TV_TESTS to torchvision's test/ folder" >&2; exit 2; }
 	$(TV_PYTHON) tests/tv_suite/torchvision_suite.py --tests "$(TV_TESTS)" --python "$(TV_PYTHON)" --classes "$(TV_CLASSES)"
+
+# bench-roi: issue 37's table, every RoI-family op and nms beside torchvision 0.29.1 on the CPU in one
+# run (1 and 2 threads, three shapes; BENCH_ARGS e.g. --iters 9), in a venv of
+# requirements/bench-torchvision.txt with the cu130 wheel `make wheels VARIANT=cu130` builds.
+BENCH_TV_VENV := .venvs/bench-torchvision
+.PHONY: bench-roi
+bench-roi: venv
+	$(MAKE) wheels VARIANT=cu130
+	$(PYTHON) scripts/kiln venv $(BENCH_TV_VENV) --python $(PYTHON) -r $(KILN_DATA)/requirements/pip.txt \
+	  -r requirements/bench-torchvision.txt
+	$(BENCH_TV_VENV)/bin/python -m pip install -q --no-deps --force-reinstall \
+	  "$$(ls -t dist/opkiln-*+pt214cu130-cp311-*.whl | head -1)"
+	$(BENCH_TV_VENV)/bin/python benchmarks/bench_kernels.py --device cpu --roi-family $(BENCH_ARGS)
 
 # gpu-carry: what scripts/gpu_check.sh needs on a GPU machine without network, in
 # .gpu_carry/ (ignored by git; name it in the device tool's `carry`): wheels of the
