@@ -24,9 +24,10 @@
 
 namespace opkiln::facade {
 
-// The names the messages use: the forward op and its backward.
+// The names the messages use: the forward op, its backward, and the per-row statistic the forward
+// saves for the backward.
 struct RowReduceNames {
-  std::string_view forward, backward;
+  std::string_view forward, backward, stat = "stat";
 };
 
 inline ScalarType row_reduce_acc_type(ScalarType t) {
@@ -53,6 +54,25 @@ inline Sizes row_reduce_rows(const Tensor& x) {
   Sizes out;
   for (std::int64_t d = 0; d + 1 < x.dim(); ++d) out.values.push_back(x.size(d));
   return out;
+}
+
+// The backward's inputs: x and weight as the forward's, grad of x's shape, device and dtype, and the
+// forward's per-row statistic of shape x.shape[:-1] in the accumulation type.
+inline kernels::RowShape row_reduce_check_backward(const Tensor& grad, const Tensor& x, const Tensor& weight,
+                                                   const Tensor& stat, DeviceType device, RowReduceNames names) {
+  const std::string_view op = names.backward;
+  const kernels::RowShape s = row_reduce_check(x, weight, device, op);
+  check_same_device(grad, x, op, "grad", "x");
+  check_same_device(stat, x, op, names.stat, "x");
+  check_same_dtype(grad, x, op, "grad", "x");
+  OPKILN_CHECK(sizes(grad) == sizes(x), "opkiln::", op, ": grad must have the shape of x ", sizes(x), ", got ",
+               sizes(grad));
+  OPKILN_CHECK(sizes(stat) == row_reduce_rows(x), "opkiln::", op, ": ", names.stat,
+               " must have shape x.shape[:-1] = ", row_reduce_rows(x), ", got ", sizes(stat));
+  const ScalarType acc = row_reduce_acc_type(x.scalar_type());
+  OPKILN_CHECK(stat.scalar_type() == acc, "opkiln::", op, ": ", names.stat, " must be ", acc, " for ",
+               x.scalar_type(), " x, got ", stat.scalar_type());
+  return s;
 }
 
 // (y, stat).
@@ -95,15 +115,8 @@ template <typename Op>
 std::tuple<Tensor, Tensor> row_reduce_backward(const Tensor& grad, const Tensor& x, const Tensor& weight,
                                                const Tensor& stat, DeviceType device, RowReduceNames names) {
   const std::string_view op = names.backward;
-  const kernels::RowShape s = row_reduce_check(x, weight, device, op);
-  check_same_device(grad, x, op, "grad", "x");
-  check_same_device(stat, x, op, "stat", "x");
-  check_same_dtype(grad, x, op, "grad", "x");
-  OPKILN_CHECK(sizes(grad) == sizes(x), "opkiln::", op, ": grad must have the shape of x ", sizes(x), ", got ",
-               sizes(grad));
+  const kernels::RowShape s = row_reduce_check_backward(grad, x, weight, stat, device, names);
   const ScalarType acc = row_reduce_acc_type(x.scalar_type());
-  OPKILN_CHECK(sizes(stat) == row_reduce_rows(x) && stat.scalar_type() == acc, "opkiln::", op, ": stat must be ", acc,
-               " of shape x.shape[:-1] = ", row_reduce_rows(x), ", got ", stat.scalar_type(), " ", sizes(stat));
 #if OPKILN_WITH_CUDA
   std::optional<DeviceGuard> guard;
   if (device == DeviceType::CUDA) guard.emplace(x);

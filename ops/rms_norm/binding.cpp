@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "facade/facade.h"
+#include "facade/row_reduce.h"
 #include "rms_norm/rms_norm.h"
 
 namespace opkiln::rms_norm_binding {
@@ -18,58 +19,21 @@ using namespace facade;
 constexpr std::string_view kFwd = "_rms_norm_forward";
 constexpr std::string_view kBwd = "_rms_norm_backward";
 
-ScalarType acc_type(ScalarType t) { return t == ScalarType::Double ? ScalarType::Double : ScalarType::Float; }
+constexpr RowReduceNames kNames{kFwd, kBwd, "rstd"};
 
-struct Shape {
-  std::int64_t rows;
-  std::int64_t cols;
-  Sizes row_shape;  // x.shape[:-1], the shape of rstd
-};
-
-Shape check_forward_args(const Tensor& x, const Tensor& weight, std::string_view op) {
-  check_same_device(x, weight, op, "x", "weight");
-  check_same_dtype(x, weight, op, "x", "weight");
-  float_kind(x, op, "x");
-  OPKILN_CHECK(x.dim() >= 1, "opkiln::", op,
-               ": x must have at least one dimension (normalized over the last), got a 0-d tensor");
-  const std::int64_t cols = x.size(x.dim() - 1);
-  OPKILN_CHECK(weight.dim() == 1 && weight.size(0) == cols, "opkiln::", op,
-               ": weight must be 1-D with x.shape[-1] = ", cols, " elements, got shape ", sizes(weight));
-  Shape s{1, cols, {}};
-  for (std::int64_t d = 0; d + 1 < x.dim(); ++d) {
-    s.rows *= x.size(d);
-    s.row_shape.values.push_back(x.size(d));
-  }
-  return s;
-}
-
+// The row-wise family's checks (facade/row_reduce.h); rms_norm has kernels of its own.
 void check_eps(double eps) {
   OPKILN_CHECK_VALUE(std::isfinite(eps) && eps >= 0.0, "opkiln::rms_norm: eps must be a finite number >= 0, got ",
                      eps);
 }
 
-Shape check_backward_args(const Tensor& grad, const Tensor& x, const Tensor& weight, const Tensor& rstd) {
-  const Shape s = check_forward_args(x, weight, kBwd);
-  check_same_device(grad, x, kBwd, "grad", "x");
-  check_same_device(rstd, x, kBwd, "rstd", "x");
-  check_same_dtype(grad, x, kBwd, "grad", "x");
-  OPKILN_CHECK(sizes(grad) == sizes(x), "opkiln::", kBwd, ": grad must have the shape of x ", sizes(x), ", got ",
-               sizes(grad));
-  OPKILN_CHECK(sizes(rstd) == s.row_shape, "opkiln::", kBwd, ": rstd must have shape x.shape[:-1] = ", s.row_shape,
-               ", got ", sizes(rstd));
-  OPKILN_CHECK(rstd.scalar_type() == acc_type(x.scalar_type()), "opkiln::", kBwd, ": rstd must be ",
-               acc_type(x.scalar_type()), " for ", x.scalar_type(), " x, got ", rstd.scalar_type());
-  return s;
-}
-
 std::tuple<Tensor, Tensor> forward_cpu(const Tensor& x, const Tensor& weight, double eps) {
-  const Shape s = check_forward_args(x, weight, kFwd);
-  check_device(x, DeviceType::CPU, kFwd, "x");
+  const kernels::RowShape s = row_reduce_check(x, weight, DeviceType::CPU, kFwd);
   check_eps(eps);
   const Tensor xc = as_contiguous(x);
   const Tensor wc = as_contiguous(weight);
   Tensor y = empty_contiguous_like(xc);
-  Tensor rstd = empty(s.row_shape.values, acc_type(x.scalar_type()), x);
+  Tensor rstd = empty(row_reduce_rows(x).values, row_reduce_acc_type(x.scalar_type()), x);
   const ScalarKind kind = float_kind(x, kFwd, "x");
   const void* px = xc.const_data_ptr();
   const void* pw = wc.const_data_ptr();
@@ -84,8 +48,7 @@ std::tuple<Tensor, Tensor> forward_cpu(const Tensor& x, const Tensor& weight, do
 
 std::tuple<Tensor, Tensor> backward_cpu(const Tensor& grad, const Tensor& x, const Tensor& weight,
                                         const Tensor& rstd) {
-  const Shape s = check_backward_args(grad, x, weight, rstd);
-  check_device(x, DeviceType::CPU, kBwd, "x");
+  const kernels::RowShape s = row_reduce_check_backward(grad, x, weight, rstd, DeviceType::CPU, kNames);
   const Tensor gc = as_contiguous(grad);
   const Tensor xc = as_contiguous(x);
   const Tensor wc = as_contiguous(weight);
@@ -96,7 +59,7 @@ std::tuple<Tensor, Tensor> backward_cpu(const Tensor& grad, const Tensor& x, con
   // One dw partial row per part, reduced in a fixed order: deterministic for a
   // given thread count.
   const std::int64_t parts = std::min<std::int64_t>(num_threads(), s.rows);
-  Tensor partial = zeros({parts, s.cols}, acc_type(x.scalar_type()), x);
+  Tensor partial = zeros({parts, s.cols}, row_reduce_acc_type(x.scalar_type()), x);
   const void* pg = gc.const_data_ptr();
   const void* px = xc.const_data_ptr();
   const void* pw = wc.const_data_ptr();
@@ -121,14 +84,13 @@ std::tuple<Tensor, Tensor> backward_cpu(const Tensor& grad, const Tensor& x, con
 
 #if OPKILN_WITH_CUDA
 std::tuple<Tensor, Tensor> forward_cuda(const Tensor& x, const Tensor& weight, double eps) {
-  const Shape s = check_forward_args(x, weight, kFwd);
-  check_device(x, DeviceType::CUDA, kFwd, "x");
+  const kernels::RowShape s = row_reduce_check(x, weight, DeviceType::CUDA, kFwd);
   check_eps(eps);
   const DeviceGuard guard(x);
   const Tensor xc = as_contiguous(x);
   const Tensor wc = as_contiguous(weight);
   Tensor y = empty_contiguous_like(xc);
-  Tensor rstd = empty(s.row_shape.values, acc_type(x.scalar_type()), x);
+  Tensor rstd = empty(row_reduce_rows(x).values, row_reduce_acc_type(x.scalar_type()), x);
   check_cuda(kernels::rms_norm_forward_cuda(float_kind(x, kFwd, "x"), xc.const_data_ptr(), wc.const_data_ptr(),
                                             y.mutable_data_ptr(), rstd.mutable_data_ptr(), s.rows, s.cols, eps,
                                             cuda_stream(x)),
@@ -138,8 +100,7 @@ std::tuple<Tensor, Tensor> forward_cuda(const Tensor& x, const Tensor& weight, d
 
 std::tuple<Tensor, Tensor> backward_cuda(const Tensor& grad, const Tensor& x, const Tensor& weight,
                                          const Tensor& rstd) {
-  const Shape s = check_backward_args(grad, x, weight, rstd);
-  check_device(x, DeviceType::CUDA, kBwd, "x");
+  const kernels::RowShape s = row_reduce_check_backward(grad, x, weight, rstd, DeviceType::CUDA, kNames);
   const DeviceGuard guard(x);
   const Tensor gc = as_contiguous(grad);
   const Tensor xc = as_contiguous(x);
@@ -148,7 +109,7 @@ std::tuple<Tensor, Tensor> backward_cuda(const Tensor& grad, const Tensor& x, co
   Tensor dx = empty_contiguous_like(xc);
   Tensor dw = empty_contiguous_like(wc);
   const std::int64_t parts = kernels::rms_norm_backward_cuda_parts(s.rows, s.cols);
-  Tensor workspace = empty({parts, s.cols}, acc_type(x.scalar_type()), x);
+  Tensor workspace = empty({parts, s.cols}, row_reduce_acc_type(x.scalar_type()), x);
   check_cuda(kernels::rms_norm_backward_cuda(float_kind(x, kBwd, "x"), gc.const_data_ptr(), xc.const_data_ptr(),
                                              wc.const_data_ptr(), rc.const_data_ptr(), dx.mutable_data_ptr(),
                                              dw.mutable_data_ptr(), workspace.mutable_data_ptr(), s.rows, s.cols,
