@@ -141,3 +141,14 @@ if given is not None:
         assert sum(c.passed + c.known_difference for c in counts.values()) <= len(records)
         assert sum(c.passed for c in counts.values()) <= clean_passes
         assert all(c.passed_no_kernel <= c.passed for c in counts.values())
+
+
+def test_a_relative_python_is_made_absolute_but_keeps_its_venv_link(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    # pytest runs in torchvision's test folder, so `--python .venvs/x/bin/python` must not be looked up there.
+    venv_bin = tmp_path / "venv" / "bin"
+    venv_bin.mkdir(parents=True)
+    (venv_bin / "python").symlink_to(sys.executable)
+    monkeypatch.chdir(tmp_path)
+    assert suite.interpreter("venv/bin/python") == str(venv_bin / "python")
+    assert suite.interpreter("python3") == "python3"

@@ -200,6 +200,13 @@ def build_command(python: str, tests: Path, classes: Iterable[str], extra: Seque
             "--disable-warnings", "--tb=line", *extra]
 
 
+def interpreter(python: str) -> str:
+    """The --python to run pytest with, from the tests' folder: a path made absolute against this
+    folder but not resolved (a venv's python is a link that must keep its venv); a bare name is
+    left to PATH."""
+    return str(Path(python).absolute()) if os.sep in python else python
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tests", required=True, type=Path, help="torchvision's test/ folder (holds test_ops.py)")
@@ -218,6 +225,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise UsageError(f"--tests: {args.tests} holds no test_ops.py (give torchvision's test/ folder)")
         if not Path(args.python).is_file() and not _on_path(args.python):
             raise UsageError(f"--python: {args.python} is not an interpreter")
+        python = interpreter(args.python)
     except UsageError as e:
         print(f"torchvision_suite: {e}", file=sys.stderr)
         return 2
@@ -230,7 +238,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parent), str(tests),
                                              *filter(None, [env.get("PYTHONPATH")])])
         env["CUDA_VISIBLE_DEVICES"] = ""  # the CPU, whatever the machine has
-        command = build_command(args.python, tests, classes, args.pytest_args)
+        command = build_command(python, tests, classes, args.pytest_args)
         # pytest's own output (progress, one line per failure) goes to ours as it comes.
         run = subprocess.run(command, env=env, cwd=tests, check=False)
         if run.returncode not in (0, 1) or not results.is_file():
