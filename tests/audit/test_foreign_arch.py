@@ -217,3 +217,25 @@ def test_a_record_file_is_named_for_its_processor(built: dict[str, Path], only_r
     aarch64, x86_64 = load_recorded(TORCH, "aarch64"), load_recorded(TORCH)
     assert aarch64 is not None and x86_64 is not None
     assert aarch64.platform_tags == ("manylinux_2_28_aarch64",) and x86_64.data_file.name == f"{TORCH}.json"
+
+
+ZLIB_STUB = 'extern "C" int kiln_zprivate() { return 1; }\n'
+USES_ZLIB_STUB = ('extern "C" int kiln_zprivate();\n'
+                  'extern "C" __attribute__((visibility("default"))) int PyInit__C() { return kiln_zprivate(); }\n')
+
+
+def test_an_aarch64_symbol_of_a_platform_library_in_no_namespace_the_policy_bounds_is_not_the_platforms(
+        only_records: Path, tmp_path: Path) -> None:
+    # libz.so.1 is a platform library of the manylinux policy, but `zprivate` is no NAMESPACE_version the
+    # policy bounds (GLIBC_2.17, ZLIB_1.2.9, ...): the platform is not assumed to provide it.
+    stub = tmp_path / "zlib" / "libz.so.1"
+    stub.parent.mkdir()
+    (stub.parent / "z.map").write_text("zprivate { global: kiln_zprivate; local: *; };\n")
+    _build("aarch64", stub, ZLIB_STUB, "-Wl,--version-script=z.map", "-Wl,-soname,libz.so.1")
+    extension = _build("aarch64", tmp_path / "ext" / "_C.so", USES_ZLIB_STUB, "-fvisibility=hidden", str(stub))
+    report = audit_paths([_wheel(tmp_path / "dist", "aarch64", extension.read_bytes())])
+    (artifact,) = report.artifacts
+    (result,) = [c for _, c in artifact.rows() if c.id == "undefined-symbols" and not c.ok]
+    assert (result.ok, result.finding, result.severity) == (False, "unchecked", "warning"), result
+    assert "kiln_zprivate@zprivate (from libz.so.1)" in result.detail
+    assert "run the audit on aarch64 itself" in result.fix

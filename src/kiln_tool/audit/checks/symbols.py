@@ -231,8 +231,8 @@ def check_undefined_symbols(ctx: LibraryContext) -> list[CheckResult]:
             "undefined-symbols", f"{ctx.member}: {len(unchecked)} undefined symbol(s) not checked: no library whose "
             f"exports are known provides them, and {'; '.join(unknown_why.get(n, n) for n in unknown)} may: "
             f"{_sample(unchecked)}.",
-            f"nothing to fix if they are the {arch} platform's; to check them, audit on a {arch} machine (or one "
-            f"with {arch} system libraries in /usr/lib/{arch}-linux-gnu)." if set(unknown) <= platform_libs else
+            f"nothing to fix if they are the {arch} platform's; to check them, run the audit on {arch} itself (or "
+            f"where {arch} system libraries are in /usr/lib/{arch}-linux-gnu)." if set(unknown) <= platform_libs else
             "nothing to fix in the library if they are that library's API; to check them, record the exports of "
             "torch's runtime wheels (`scripts/kiln torch-abi --runtime SITE_PACKAGES`) or audit where they are "
             "installed (--torch-lib DIR).", "unchecked"))
