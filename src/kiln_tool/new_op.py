@@ -458,15 +458,7 @@ def _ps_roi_plan(name: str, root: Path, schema: str | None) -> Plan:
         "sr_self_arg": ", self.sampling_ratio" if sampling_ratio else "",
         "sr_sample": "2," if sampling_ratio else "",
     }
-    folder = root / "ops" / name
-    new_files = {
-        folder / f"{name}.h": _wrap(_render("ps_roi_op.h.tmpl", **values)),
-        **_driver_files(folder, name, "position-sensitive RoI family", {
-            "cpu.cpp": ("CPU", "common/ps_roi_cpu.h", "OPKILN_PS_ROI_"),
-            "cuda.cu": ("CUDA", "common/ps_roi_cuda.cuh", "OPKILN_PS_ROI_")}),
-        folder / "binding.cpp": _wrap(_render("ps_roi_binding.cpp.tmpl", **values)),
-        root / "tests" / "ops" / f"test_{name}.py": _wrap(_render("ps_roi_test.py.tmpl", **values)),
-    }
+    new_files = _family_files(root, name, FAMILIES["ps-roi"], values)
     ops_py = root / OPS_PY
     parsed = parse_schema(forward, CXX_KEYWORDS)
     text = _add_to_docstring(_add_to_all(_add_to_all(ops_py.read_text(), name), pascal), parsed, True)
@@ -492,17 +484,42 @@ def _cxx_params(s: Schema) -> str:
     return ", ".join(f"{CXX_TYPES[a.type]} {a.name}" for a in s.args)
 
 
-def _driver_files(folder: Path, name: str, family: str, drivers: dict[str, tuple[str, str, str]],
-                  backward: bool = False) -> dict[Path, str]:
-    """NAME_cpu.cpp and NAME_cuda.cu of a family member: the family's drivers instantiated for its math.
-    drivers: file suffix -> (device, the drivers' header, the instantiating macro's prefix)."""
-    files = {}
-    for suffix, (device, header, macro) in drivers.items():
-        pascal = _pascal(name)
-        lines = [f"{macro}{device}({pascal});"] + ([f"{macro}BACKWARD_{device}({pascal});"] if backward else [])
-        files[folder / f"{name}_{suffix}"] = (f"// {name}'s {device} kernels: the {family}'s drivers over its math.\n"
-                                              f'#include "{name}/{name}.h"\n#include "{header}"\n\n'
+@dataclass(frozen=True)
+class Family:
+    """A family's home as the scaffold writes a member on it: the templates' prefix (PREFIX_op.h.tmpl,
+    PREFIX_binding.cpp.tmpl, PREFIX_test.py.tmpl), its name in comments, the drivers' CPU and CUDA
+    headers and the instantiating macros' prefix."""
+    prefix: str
+    label: str
+    cpu_header: str
+    cuda_header: str
+    macro: str
+
+
+FAMILIES = {
+    "roi": Family("roi", "RoI family", "common/roi_family_cpu.h", "common/roi_family_cuda.cuh", "OPKILN_ROI_FAMILY_"),
+    "ps-roi": Family("ps_roi", "position-sensitive RoI family", "common/ps_roi_cpu.h", "common/ps_roi_cuda.cuh",
+                     "OPKILN_PS_ROI_"),
+    "rowwise": Family("rowwise", "row-wise family", "common/row_reduce_cpu.h", "common/row_reduce_cuda.cuh",
+                      "OPKILN_ROW_REDUCE_"),
+}
+
+
+def _family_files(root: Path, name: str, family: Family, values: dict[str, str],
+                  backward_drivers: bool = False) -> dict[Path, str]:
+    """A family member's files: NAME.h (its math), NAME_cpu.cpp and NAME_cuda.cu (the family's drivers
+    instantiated for it, with the backward's when `backward_drivers`), binding.cpp and its test."""
+    folder = root / "ops" / name
+    pascal = _pascal(name)
+    files = {folder / f"{name}.h": _wrap(_render(f"{family.prefix}_op.h.tmpl", **values))}
+    for suffix, device, header in (("cpu.cpp", "CPU", family.cpu_header), ("cuda.cu", "CUDA", family.cuda_header)):
+        lines = [f"{family.macro}{device}({pascal});"] + (
+            [f"{family.macro}BACKWARD_{device}({pascal});"] if backward_drivers else [])
+        files[folder / f"{name}_{suffix}"] = (f"// {name}'s {device} kernels: the {family.label}'s drivers over its "
+                                              f'math.\n#include "{name}/{name}.h"\n#include "{header}"\n\n'
                                               + "\n".join(lines) + "\n")
+    files[folder / "binding.cpp"] = _wrap(_render(f"{family.prefix}_binding.cpp.tmpl", **values))
+    files[root / "tests" / "ops" / f"test_{name}.py"] = _wrap(_render(f"{family.prefix}_test.py.tmpl", **values))
     return files
 
 
@@ -594,15 +611,7 @@ def _roi_plan(name: str, root: Path, schema: str | None) -> Plan:
         "saved_unpack": f"rois, {index}" if index else "(rois,)", "saved_args": f"rois, {index}" if index else "rois",
         "extra_sample": "".join({"sampling_ratio": "2, ", "aligned": "True, "}[a.name] for a in extras),
     }
-    folder = root / "ops" / name
-    new_files = {
-        folder / f"{name}.h": _wrap(_render("roi_op.h.tmpl", **values)),
-        **_driver_files(folder, name, "RoI family", {
-            "cpu.cpp": ("CPU", "common/roi_family_cpu.h", "OPKILN_ROI_FAMILY_"),
-            "cuda.cu": ("CUDA", "common/roi_family_cuda.cuh", "OPKILN_ROI_FAMILY_")}),
-        folder / "binding.cpp": _wrap(_render("roi_binding.cpp.tmpl", **values)),
-        root / "tests" / "ops" / f"test_{name}.py": _wrap(_render("roi_test.py.tmpl", **values)),
-    }
+    new_files = _family_files(root, name, FAMILIES["roi"], values)
     text = _updated_ops_py(root, [name, pascal], fwd, True, _render("roi_ops_section.py.tmpl", **values))
     return Plan(root, name, new_files, root / OPS_PY, text)
 
@@ -675,15 +684,7 @@ def _rowwise_plan(name: str, root: Path, schema: str | None, backward: bool) -> 
                           else _render("autograd_none.py.tmpl", op=name))
     values["backward_tests"] = _render("rowwise_test_backward.py.tmpl" if backward
                                        else "rowwise_test_no_backward.py.tmpl", op=name)
-    folder = root / "ops" / name
-    new_files = {
-        folder / f"{name}.h": _wrap(_render("rowwise_op.h.tmpl", **values)),
-        **_driver_files(folder, name, "row-wise family", {
-            "cpu.cpp": ("CPU", "common/row_reduce_cpu.h", "OPKILN_ROW_REDUCE_"),
-            "cuda.cu": ("CUDA", "common/row_reduce_cuda.cuh", "OPKILN_ROW_REDUCE_")}, backward),
-        folder / "binding.cpp": _wrap(_render("rowwise_binding.cpp.tmpl", **values)),
-        root / "tests" / "ops" / f"test_{name}.py": _wrap(_render("rowwise_test.py.tmpl", **values)),
-    }
+    new_files = _family_files(root, name, FAMILIES["rowwise"], values, backward)
     text = _updated_ops_py(root, [name], fwd, backward, _render("rowwise_ops_section.py.tmpl", **values))
     return Plan(root, name, new_files, root / OPS_PY, text)
 
