@@ -44,7 +44,7 @@ help:
 	@echo "make adopter-rehearsal the same for a project that is not opkiln (tests/adopters/projects/ringops)"
 	@echo "make container-repro   two container builds of the CPU wheel, compared byte for byte"
 	@echo "make compile-cost      benchmark: a second cu130 wheel's compile cost and cache hits"
-	@echo "make bench-roi         benchmark: the RoI family and nms beside torchvision 0.29.1 on the CPU"
+	@echo "make bench-roi         benchmark: the detection ops beside torchvision 0.29.1 on the CPU"
 	@echo "make torchvision-suite TV_TESTS=DIR   torchvision's own test_ops.py on opkiln's ops (DIR: its test/)"
 
 # The repo venv .venv grows with what is asked of it: venv = the tool (what `make wheels`
@@ -126,9 +126,9 @@ torchvision-suite:
 	@test -n "$(TV_TESTS)" || { echo "make torchvision-suite: set TV_TESTS to torchvision's test/ folder" >&2; exit 2; }
 	$(TV_PYTHON) tests/tv_suite/torchvision_suite.py --tests "$(TV_TESTS)" --python "$(TV_PYTHON)" --classes "$(TV_CLASSES)"
 
-# bench-roi: issue 37's table, every RoI-family op and nms beside torchvision 0.29.1 on the CPU in one
-# run (1 and 2 threads, three shapes; BENCH_ARGS e.g. --iters 9), in a venv of
-# requirements/bench-torchvision.txt with the cu130 wheel `make wheels VARIANT=cu130` builds.
+# bench-roi: issue 37's table, every detection op (the RoI family and the box suppression) beside
+# torchvision 0.29.1 on the CPU in one run (1 and 2 threads, three shapes; BENCH_ARGS e.g. --iters 9),
+# in a venv of requirements/bench-torchvision.txt with the cu130 wheel `make wheels VARIANT=cu130` builds.
 BENCH_TV_VENV := .venvs/bench-torchvision
 .PHONY: bench-roi
 bench-roi: venv
