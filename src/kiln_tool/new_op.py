@@ -57,6 +57,8 @@ CXX_KEYWORDS = _cxx_keywords()
 # kiln new-op scaffolds an op into opkiln's op tree (ops/<op>/, ops/facade/, the wrappers' module below); a
 # project of another layout writes its ops itself (docs/adding-an-op.md).
 OPS_PY = Path("python", "opkiln", "ops.py")
+# The op namespace of that tree (torch.ops.NAMESPACE, "NAMESPACE::op"), which the agreement check reads.
+NAMESPACE = "opkiln"
 RESERVED = frozenset({"common", "facade", "kernels", "opkiln", "ops", "torch", "stable", "cuda", "cpu", "at", "c10",
                       "std"})
 
@@ -828,7 +830,7 @@ def _fake_disagreements(where: str, fn: ast.FunctionDef, schemas: dict[str, _Def
     for deco in fn.decorator_list:
         if not (isinstance(deco, ast.Call) and getattr(deco.func, "id", "") == "_register_fake" and deco.args):
             continue
-        op = (_literal(deco.args[0]) or "").removeprefix("opkiln::")
+        op = (_literal(deco.args[0]) or "").removeprefix(f"{NAMESPACE}::")
         d = schemas.get(op)
         if d is None:
             continue
@@ -843,7 +845,7 @@ def _call_disagreements(where: str, node: ast.Call, schemas: dict[str, _Def]) ->
     """torch.ops.opkiln.OP.default(...) with as many arguments as OP's schema (unless some are starred)."""
     func = node.func
     if not (isinstance(func, ast.Attribute) and func.attr == "default" and isinstance(func.value, ast.Attribute)
-            and ast.unparse(func.value.value) == "torch.ops.opkiln"):
+            and ast.unparse(func.value.value) == f"torch.ops.{NAMESPACE}"):
         return []
     d = schemas.get(func.value.attr)
     if d is None or any(isinstance(a, ast.Starred) for a in node.args) or len(node.args) + len(node.keywords) == \
@@ -859,7 +861,7 @@ def _autograd_disagreements(where: str, node: ast.Call, schemas: dict[str, _Def]
     OP and returns one per argument; setup unpacks `inputs` into OP's arguments."""
     if ast.unparse(node.func) != "torch.library.register_autograd" or len(node.args) < 2:
         return []
-    d = schemas.get((_literal(node.args[0]) or "").removeprefix("opkiln::"))
+    d = schemas.get((_literal(node.args[0]) or "").removeprefix(f"{NAMESPACE}::"))
     backward = functions.get(getattr(node.args[1], "id", ""))
     if d is None or backward is None:
         return []
