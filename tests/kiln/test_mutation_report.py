@@ -3,30 +3,21 @@ equivalent mutants subtracted exactly, and a list of equivalents that cannot rot
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+
+from support.scripts import load_script
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _tool() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("kiln_mutation_tool", REPO / "tools" / "mutation.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
-mutation = _tool()
+mutation = load_script(REPO / "tools" / "mutation.py", "kiln_mutation_tool")
 
 ORIG = '''def x_check__mutmut_orig(n):
     total = n + 1  # type: ignore # mutmut generated

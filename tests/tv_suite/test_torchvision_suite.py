@@ -4,13 +4,13 @@ itself (torchvision's test_ops.py, which needs torchvision) runs with `make torc
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
+
+from support.scripts import load_script
 
 try:
     from hypothesis import given
@@ -21,16 +21,7 @@ except ImportError:  # the stable-ABI venvs run tests/ops with torch and pytest 
 SCRIPT = Path(__file__).resolve().parent / "torchvision_suite.py"
 
 
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("torchvision_suite_under_test", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
-suite = _load()
+suite = load_script(SCRIPT, "torchvision_suite_under_test")
 
 PS_ALIGN = "test_ops.py::TestPSRoIAlign::"
 
