@@ -77,16 +77,18 @@ KINDS: dict[str, str] = {
               "signature; backward always",
 }
 
+# The parameters every RoI op of either family takes first (what facade/rois.h checks).
+ROI_PARAMS = "Tensor input, Tensor rois, float spatial_scale, int pooled_height, int pooled_width"
+
 # The position-sensitive RoI family's schemas (ops/common/ps_roi.h, facade/ps_roi.h): the forward's
 # parameters, then its backward's, derived from them, in one place (tests/new_op checks that the
 # family's ops register exactly these).
-PS_ROI_PARAMS = "Tensor input, Tensor rois, float spatial_scale, int pooled_height, int pooled_width"
 PS_ROI_EXTRA = "int sampling_ratio"  # the one optional parameter the family's binding knows (PsRoiArgs)
 
 
 def ps_roi_schemas(name: str, sampling_ratio: bool) -> tuple[str, str]:
     """The forward and backward schemas of the family member `name` (with or without sampling_ratio)."""
-    params = PS_ROI_PARAMS + (f", {PS_ROI_EXTRA}" if sampling_ratio else "")
+    params = ROI_PARAMS + (f", {PS_ROI_EXTRA}" if sampling_ratio else "")
     backward_params = params.replace("Tensor input, Tensor rois,", "Tensor grad, Tensor rois, Tensor channel_mapping,")
     return (f"{name}({params}) -> (Tensor, Tensor)",
             f"_{name}_backward({backward_params}, int batch_size, int channels, int height, int width) -> Tensor")
@@ -96,7 +98,6 @@ def ps_roi_schemas(name: str, sampling_ratio: bool) -> tuple[str, str]:
 # parameters (the optional ones are RoiFamilyArgs' fields), an int32 index output for an Op::kIndex op,
 # and the backward's parameters derived from them (tests/new_op checks that the family's ops register
 # exactly these, and that the Python registrations agree with them).
-ROI_PARAMS = "Tensor input, Tensor rois, float spatial_scale, int pooled_height, int pooled_width"
 ROI_EXTRAS = ("int sampling_ratio", "bool aligned")
 
 
