@@ -239,3 +239,34 @@ def test_an_aarch64_symbol_of_a_platform_library_in_no_namespace_the_policy_boun
     assert (result.ok, result.finding, result.severity) == (False, "unchecked", "warning"), result
     assert "kiln_zprivate@zprivate (from libz.so.1)" in result.detail
     assert "run the audit on aarch64 itself" in result.fix
+
+
+def test_an_aarch64_wheel_without_a_record_counts_the_cuda_runtime_as_its_torchs_not_as_missing(
+        built: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # With no torch for aarch64 installed or recorded, libcudart.so.13 (what a CUDA torch brings from its nvidia-*
+    # wheels) is that torch's, unknown: named in the arch-unrecorded warning. A library no torch brings stays missing.
+    records = tmp_path / "x86-only"
+    records.mkdir()
+    shutil.copy2(built["records"] / f"{TORCH}.json", records)
+    monkeypatch.setenv(DATA_DIR_ENV, str(records))
+    libs = tmp_path / "libs"
+    for soname in ("libcudart.so.13", "libkiln_elsewhere.so.1"):
+        _build("aarch64", libs / soname, f'extern "C" int {soname.split(".")[0]}_f() {{ return 1; }}\n',
+               f"-Wl,-soname,{soname}")
+    uses = ('extern "C" int libcudart_f(); extern "C" int libkiln_elsewhere_f();\n'
+            'extern "C" __attribute__((visibility("default"))) int PyInit__C() '
+            '{ return libcudart_f() + libkiln_elsewhere_f(); }\n')
+    c10 = built["aarch64"].parent
+    ext = _build("aarch64", tmp_path / "ext" / "_C.so", uses, "-fvisibility=hidden", str(libs / "libcudart.so.13"),
+                 str(libs / "libkiln_elsewhere.so.1"), f"-L{c10}", "-Wl,--no-as-needed", "-lc10")
+    report = audit_paths([_wheel(tmp_path / "dist", "aarch64", ext.read_bytes())], AuditOptions(release=None))
+    (artifact,) = report.artifacts
+    found = {(c.id, c.finding): c for _, c in artifact.rows() if not c.ok}
+    unrecorded = found[("undefined-symbols", "arch-unrecorded")]
+    assert unrecorded.severity == "warning"
+    assert "needs libcudart.so.13, libc10.so of a torch for aarch64" in " ".join(unrecorded.detail.split())
+    assert "libkiln_elsewhere" not in unrecorded.detail
+    assert "scripts/kiln torch-abi --for-wheels WHEEL" in unrecorded.fix
+    missing = found[("undefined-symbols", "")]
+    assert missing.severity == "error"
+    assert "needed libraries not found in the installed layout: libkiln_elsewhere.so.1." in missing.detail
