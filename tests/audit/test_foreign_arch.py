@@ -266,6 +266,8 @@ def test_an_aarch64_wheel_without_a_record_counts_the_cuda_runtime_as_its_torchs
     assert unrecorded.severity == "warning"
     assert "needs libcudart.so.13, libc10.so of a torch for aarch64" in " ".join(unrecorded.detail.split())
     assert "libkiln_elsewhere" not in unrecorded.detail
+    assert unrecorded.detail.endswith(" Its torch symbols were not checked (not failed: a torch of another "
+                                      "processor is never a target).")
     assert "scripts/kiln torch-abi --for-wheels WHEEL" in unrecorded.fix
     missing = found[("undefined-symbols", "")]
     assert missing.severity == "error"
