@@ -59,7 +59,7 @@ dev-venv:
 bench-venv:
 	$(call VENV_FOR,dev bench)
 
-# kiln-wheel: the tool (src/kiln_tool: code, data, CMake package) as the distribution torch-kiln
+# kiln-wheel: the tool (src/kiln_tool: code, data; cmake/: its CMake package; docker/: the images' recipes) as torch-kiln
 # (packaging/kiln/pyproject.toml), built by hatchling from requirements/kiln-wheel.lock (hashes) in
 # its own venv. SOURCE_DATE_EPOCH (unless set): the last commit of the tool's own files, so a rebuild,
 # and a build of a later commit that leaves the tool alone, is byte-identical.
@@ -70,7 +70,7 @@ kiln-wheel:
 	$(PYTHON) scripts/kiln venv $(KILN_WHEEL_VENV) --python $(PYTHON) -r $(KILN_DATA)/requirements/pip.txt \
 	  -r requirements/kiln-wheel.lock
 	mkdir -p $(KILN_WHEEL_DIR) && rm -f $(KILN_WHEEL_DIR)/torch_kiln-*.whl
-	epoch="$${SOURCE_DATE_EPOCH:-$$(git log -1 --format=%ct -- src/kiln_tool packaging/kiln 2>/dev/null || true)}"; \
+	epoch="$${SOURCE_DATE_EPOCH:-$$(git log -1 --format=%ct -- src/kiln_tool cmake docker packaging/kiln 2>/dev/null || true)}"; \
 	SOURCE_DATE_EPOCH="$${epoch:-315532800}" $(KILN_WHEEL_VENV)/bin/python -m pip wheel -q --no-build-isolation \
 	  --no-deps --no-index -w $(KILN_WHEEL_DIR) packaging/kiln
 
@@ -81,11 +81,33 @@ build-venvs: venv
 wheels: system-deps-build venv
 	$(KILN) wheels $(if $(MATRIX),--matrix $(MATRIX),--variant $(VARIANT))
 
-# The README's test command (and .ci/run's): the Debian packages the suite and the
-# container pipeline use, the suite, then the container pipeline itself: opkiln's, then the same
-# for ringops (a project adopting kiln), then the reproducibility of the container build.
-test: setup suite cibuildwheel release-rehearsal adopter-rehearsal container-repro
-test: REPRO_AGAINST = $(wildcard wheelhouse/*+pt*cpu-*.whl)
+# The README's test command (and .ci/run's): the Debian packages the suite and the container
+# pipeline use and the tool's wheel, then two lanes at once (the machine has 2 cores, and both lanes
+# wait on installs, servers and containers for much of their time): the suite, and the container
+# pipeline (opkiln's cibuildwheel and release rehearsal, the same for ringops, a project adopting kiln,
+# then the reproducibility of the container build). scripts/ci/phases.py prefixes each lane's lines
+# and prints the phase table at the end (CI_PHASES). A lane's failure fails make test; the other
+# lane still runs to its end, so one run reports both.
+CI_PHASES ?= build/ci-phases.jsonl
+PHASE = $(PYTHON) scripts/ci/phases.py run --log $(CI_PHASES)
+test: setup kiln-wheel
+	rm -f $(CI_PHASES)
+	$(MAKE) --no-print-directory -j2 -k test-suite-lane test-container-lane || \
+	  { $(PYTHON) scripts/ci/phases.py table $(CI_PHASES); exit 1; }
+	$(PYTHON) scripts/ci/phases.py table $(CI_PHASES)
+
+.PHONY: test-suite-lane test-container-lane
+test-suite-lane:
+	$(PHASE) suite suite -- $(MAKE) --no-print-directory suite
+
+# The adopter's rehearsal gets a tool wheel of its own folder: the suite reads dist/kiln/ meanwhile.
+test-container-lane:
+	$(PHASE) containers cibuildwheel -- $(MAKE) --no-print-directory cibuildwheel
+	$(PHASE) containers release-rehearsal -- $(MAKE) --no-print-directory release-rehearsal
+	$(PHASE) containers adopter-rehearsal -- $(MAKE) --no-print-directory adopter-rehearsal \
+	  KILN_WHEEL_DIR=build/adopter-kiln-wheel
+	$(PHASE) containers container-repro -- $(MAKE) --no-print-directory container-repro \
+	  REPRO_AGAINST="$$(ls wheelhouse/*+pt*cpu-*.whl)"
 
 setup: system-deps dev-venv build-venvs
 
