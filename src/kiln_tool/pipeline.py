@@ -76,7 +76,7 @@ def build_environment(spec: BuildSpec, python: Path, project: KilnProject,
         "CMAKE_BUILD_PARALLEL_LEVEL": env.get("CMAKE_BUILD_PARALLEL_LEVEL", str(os.cpu_count() or 2)),
         "PYTHONHASHSEED": "0",
         "PYTHONPATH": os.pathsep.join(paths),
-        "Kiln_ROOT": str(resources.package_dir()),
+        "Kiln_ROOT": str(resources.cmake_dir()),
         # torch.utils.cpp_extension's ninja (backend builds): as many jobs as CMake's.
         "MAX_JOBS": env.get("MAX_JOBS", str(os.cpu_count() or 2)),
     })
