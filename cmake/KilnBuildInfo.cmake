@@ -75,7 +75,7 @@ function(kiln_write_build_info)
   install(FILES "${out}" DESTINATION "${destination}")
   # The import guard: generated into the package (not a runtime dependency), so it always reads the build
   # info format of the kiln that wrote it and needs nothing from an index.
-  install(DIRECTORY "${KILN_PYTHONPATH}/kiln_tool/guard/" DESTINATION "${destination}/_kiln"
+  install(DIRECTORY "${KILN_PACKAGE_DIR}/guard/" DESTINATION "${destination}/_kiln"
           FILES_MATCHING PATTERN "*.py" PATTERN "__pycache__" EXCLUDE)
   set_property(GLOBAL PROPERTY KILN_BUILD_INFO_WRITTEN ON)
   kiln_write_sbom("${out}")

@@ -1,11 +1,19 @@
-# The version of kiln's CMake package: kiln_tool.__version__, read from the package beside it.
+# The version of kiln's CMake package: kiln_tool.__version__, read from the package it belongs to (its
+# parent in the torch-kiln wheel, kiln_tool/cmake; src/kiln_tool beside it in a checkout, cmake/).
 #
 # Architecture-independent (no CMAKE_SIZEOF_VOID_P check): it is found before project(), when no
 # language and no pointer size is known yet. Compatible: the same major version and at least the one
 # asked for; below 1.0, the same minor version too (0.x releases may break the API).
 
-file(STRINGS "${CMAKE_CURRENT_LIST_DIR}/../__init__.py" _kiln_version_line
-     REGEX "^__version__ *= *\"[^\"]+\"" LIMIT_COUNT 1)
+set(_kiln_init "${CMAKE_CURRENT_LIST_DIR}/../__init__.py")
+if(NOT EXISTS "${_kiln_init}")
+  set(_kiln_init "${CMAKE_CURRENT_LIST_DIR}/../src/kiln_tool/__init__.py")
+endif()
+set(_kiln_version_line "")
+if(EXISTS "${_kiln_init}")
+  file(STRINGS "${_kiln_init}" _kiln_version_line REGEX "^__version__ *= *\"[^\"]+\"" LIMIT_COUNT 1)
+endif()
+unset(_kiln_init)
 if(NOT _kiln_version_line MATCHES "\"([0-9]+)\\.([0-9]+)[^\"]*\"")
   set(PACKAGE_VERSION "0")
   set(PACKAGE_VERSION_UNSUITABLE TRUE)

@@ -24,7 +24,7 @@ from elftools.elf.elffile import ELFFile
 from elftools.elf.sections import SymbolTableSection
 
 REPO = Path(__file__).resolve().parents[2]
-KILN_CMAKE_DIR = REPO / "src" / "kiln_tool" / "cmake"
+KILN_CMAKE_DIR = REPO / "cmake"
 PROJECT = Path(__file__).parent / "tinyops"
 TORCH_VENV = REPO / ".venvs" / "torch2.13-cpu-py3.11"
 TORCH_PYTHON = TORCH_VENV / "bin" / "python"

@@ -33,7 +33,7 @@ SHIPPED = [
     "kiln_tool/data/storage.schema.json", "kiln_tool/data/tool-kiln.schema.json",
     "kiln_tool/data/requirements/build.lock", "kiln_tool/data/requirements/uv.txt",
     "kiln_tool/data/requirements/pip.txt", "kiln_tool/cmake/KilnConfig.cmake",
-    "kiln_tool/cmake/KilnConfigVersion.cmake",
+    "kiln_tool/cmake/KilnConfigVersion.cmake", "kiln_tool/docker/Dockerfile", "kiln_tool/docker/layout-cuda-root.sh",
 ]
 
 
@@ -60,7 +60,7 @@ def test_the_wheel_holds_the_tool_its_data_and_cmake_package_and_nothing_of_opki
     assert not opkiln, f"the tool's wheel holds opkiln's files: {opkiln}"
     assert not set(SHIPPED) - set(names), f"missing from the wheel: {sorted(set(SHIPPED) - set(names))}"
     assert any(n.startswith("kiln_tool/templates/new_op/") for n in names)
-    # Every file of src/kiln_tool, byte for byte (RECORD's hashes against the tree), and nothing else.
+    # Every file of src/kiln_tool, cmake/ and docker/, byte for byte (RECORD's hashes against the tree), nothing else.
     assert wheel_tool_files(wheel) == tree_files()
 
 
@@ -80,8 +80,8 @@ def test_its_metadata_names_the_tool_its_imports_its_command_and_its_cmake_packa
 
 def _tool_state() -> tuple[dict[str, str], str]:
     """The tool's files and the commit time `make kiln-wheel` stamps its wheel with."""
-    epoch = subprocess.run(["git", "log", "-1", "--format=%ct", "--", "src/kiln_tool", "packaging/kiln"], cwd=REPO,
-                           capture_output=True, text=True, check=False).stdout.strip()
+    epoch = subprocess.run(["git", "log", "-1", "--format=%ct", "--", "src/kiln_tool", "cmake", "docker",
+                            "packaging/kiln"], cwd=REPO, capture_output=True, text=True, check=False).stdout.strip()
     return tree_files(), epoch
 
 
@@ -137,14 +137,16 @@ def test_installed_alone_in_a_fresh_venv_of_the_oldest_python_kiln_runs_from_its
     probe = ("import json, kiln_tool, kiln_tool.resources as r\n"
              "from importlib.metadata import entry_points\nfrom importlib.resources import files\n"
              "print(json.dumps({'package': kiln_tool.__file__, 'cmake': str(r.cmake_dir()),"
+             " 'docker': str(r.docker_dir()),"
              " 'data': str(r.data_path('matrix.json')), 'lock': str(r.requirements_path('build.lock')),"
              " 'prefix': [str(files(ep.load())) for ep in entry_points(group='cmake.prefix') if ep.name == 'Kiln']}))")
     where = json.loads(_run([str(python), "-c", probe], work, env).stdout)
     site = next((venv / "lib").glob("python3.*/site-packages")).resolve()
-    for key in ("package", "cmake", "data", "lock"):
+    for key in ("package", "cmake", "docker", "data", "lock"):
         assert Path(where[key]).is_relative_to(site / "kiln_tool"), (key, where[key])
     assert Path(where["data"]).is_file() and Path(where["lock"]).is_file()
     assert (Path(where["cmake"]) / "KilnConfig.cmake").is_file(), f"no KilnConfig.cmake in {where['cmake']}"
+    assert (Path(where["docker"]) / "Dockerfile").is_file(), f"no Dockerfile in {where['docker']}"
     assert _run([kiln, "--cmake-dir"], work, env).stdout.strip() == where["cmake"]
     gone = subprocess.run([str(python), "-c", "import opkiln"], cwd=work, env=env, capture_output=True, text=True,
                           check=False)

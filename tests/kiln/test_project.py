@@ -180,7 +180,7 @@ def test_kiln_dash_c_serves_that_project_and_reports_each_problem(tmp_path: Path
 def test_kiln_cmake_dir_names_the_cmake_package() -> None:
     run = subprocess.run([*KILN, "--cmake-dir"], capture_output=True, text=True, check=True)
     path = Path(run.stdout.strip())
-    assert path == REPO / "src" / "kiln_tool" / "cmake"
+    assert path == REPO / "cmake"
     assert (path / "KilnConfig.cmake").is_file()
 
 

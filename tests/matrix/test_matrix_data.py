@@ -219,7 +219,7 @@ def test_cmake_reads_the_same_arch_lists_as_kiln() -> None:
     proc = "aarch64" if platform.machine() in ("aarch64", "arm64") else "x86_64"
     cmake = Path(sys.executable).parent / "cmake"
     script = (
-        'include("${SRC}/src/kiln_tool/cmake/KilnCuda.cmake")\n'
+        'include("${SRC}/cmake/KilnCuda.cmake")\n'
         'foreach(v IN LISTS VERSIONS)\n'
         '  kiln_cuda_arch_list("${v}" out MATRIX "${SRC}/src/kiln_tool/data/matrix.json")\n'
         '  message("${v}=${out}")\nendforeach()\n'

@@ -1,7 +1,8 @@
 """The tool's own wheel (torch-kiln), as `make kiln-wheel` builds it, for tests that install kiln alone.
 
-kiln_wheel() returns a wheel whose kiln_tool/ files are exactly this checkout's src/kiln_tool (names and
-sha256, RECORD against the tree): dist/kiln/'s when that one is, else one built into
+kiln_wheel() returns a wheel whose kiln_tool/ files are exactly this checkout's src/kiln_tool with its top-level
+cmake/ and docker/ as kiln_tool/cmake and kiln_tool/docker (names and sha256, RECORD against the tree):
+dist/kiln/'s when that one is, else one built into
 tests/_artifacts/kiln-dist/ (once per session; a file lock keeps xdist workers from building at once).
 """
 
@@ -19,6 +20,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 TOOL = REPO / "src" / "kiln_tool"
+# What the wheel carries into kiln_tool/ from the checkout's top (packaging/kiln/pyproject.toml's force-include).
+TOP_LEVEL = ("cmake", "docker")
 PACKAGING = REPO / "packaging" / "kiln" / "pyproject.toml"
 DIST = REPO / "dist" / "kiln"
 ARTIFACTS = REPO / "tests" / "_artifacts" / "kiln-dist"
@@ -37,12 +40,15 @@ def build_kiln_wheel(out: Path, umask: int = 0o022) -> Path:
 
 
 def tree_files() -> dict[str, str]:
-    """kiln_tool/<path> -> RECORD-style sha256 of every file of src/kiln_tool (bytecode caches aside)."""
+    """kiln_tool/<path> -> RECORD-style sha256 of every file of src/kiln_tool and of the top-level folders the wheel
+    carries into kiln_tool/ (bytecode caches aside)."""
     files = {}
-    for path in sorted(TOOL.rglob("*")):
-        if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc":
-            digest = base64.urlsafe_b64encode(hashlib.sha256(path.read_bytes()).digest()).rstrip(b"=").decode()
-            files[f"kiln_tool/{path.relative_to(TOOL).as_posix()}"] = f"sha256={digest}"
+    roots = [(TOOL, ""), *((REPO / name, f"{name}/") for name in TOP_LEVEL)]
+    for root, prefix in roots:
+        for path in sorted(root.rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc":
+                digest = base64.urlsafe_b64encode(hashlib.sha256(path.read_bytes()).digest()).rstrip(b"=").decode()
+                files[f"kiln_tool/{prefix}{path.relative_to(root).as_posix()}"] = f"sha256={digest}"
     return files
 
 

@@ -89,7 +89,7 @@ def test_the_schema_check_reports_a_broken_workflow(tmp_path: Path) -> None:
 
 
 def test_hadolint_passes_the_dockerfile() -> None:
-    result = subprocess.run([str(BIN / "hadolint"), "src/kiln_tool/data/docker/Dockerfile"], capture_output=True,
+    result = subprocess.run([str(BIN / "hadolint"), "docker/Dockerfile"], capture_output=True,
                             text=True, cwd=REPO)
     assert result.returncode == 0, result.stdout + result.stderr
 
@@ -104,7 +104,7 @@ def test_hadolint_reports_an_unpinned_dockerfile(tmp_path: Path) -> None:
 
 def test_dockerfile_arguments_are_the_ones_kiln_passes() -> None:
     """`kiln matrix --docker-args` passes exactly the build arguments the Dockerfile declares for the table."""
-    text = (REPO / "src" / "kiln_tool" / "data" / "docker" / "Dockerfile").read_text()
+    text = (REPO / "docker" / "Dockerfile").read_text()
     declared = dict(re.findall(r"^ARG (\w+)=(\S+)$", text, flags=re.MULTILINE))
     matrix = matrix_data.load()
     passed = dict(a.split("=", 1) for a in matrix_data.docker_build_args(matrix, "cu130", "x86_64")[1::2])

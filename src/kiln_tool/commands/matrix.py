@@ -73,9 +73,9 @@ def execute(args: argparse.Namespace) -> int:
             print(project.package)
             return 0
         if args.docker_context:
-            from ..resources import data_path
+            from ..resources import docker_dir
 
-            print(data_path("docker"))
+            print(docker_dir())
             return 0
         if args.counts:
             counts = build_counts(matrix)

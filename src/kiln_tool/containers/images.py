@@ -1,6 +1,6 @@
 """The base image (real manylinux_2_28 by digest, or the stand-in) and kiln's build recipe built on it.
 
-The recipe is kiln's, whatever project it builds: data/docker/Dockerfile (resources.data_path), a manylinux
+The recipe is kiln's, whatever project it builds: docker/Dockerfile (resources.docker_dir), a manylinux
 base, one pinned CUDA toolkit from NVIDIA's PyPI wheels and ccache. Every image kiln builds is tagged with a
 digest of its inputs (the recipe folder, the build arguments from the project's matrix and the base image's
 id), so a rerun with nothing changed builds nothing, and a changed input can never reuse a stale image.
@@ -21,7 +21,7 @@ from ..matrix_data import load as load_matrix
 from .engine import ContainerError, Engine, docker, image_exists, prune_tags
 from .standin import StandinImages, docker_platform, ensure_standin
 
-DOCKER_DIR = resources.data_path("docker")
+DOCKER_DIR = resources.docker_dir()
 BASES = ("auto", "real", "standin")
 
 
