@@ -35,6 +35,7 @@ COMMANDS: dict[str, str] = {
     "release-rehearsal": "release_rehearsal",
     "venv": "venv",
     "guard": "guard",
+    "verify": "verify",
 }
 
 

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .index.storage import GhCli
+    from .signing import PublishedChain, Signer
 
 Say = Callable[[str], None]
 
@@ -156,11 +157,47 @@ def _still_published(site: Path, published_url: str, fetched: bytes | None) -> N
                            "release to merge onto the published state", 1)
 
 
+def _published_chain(published_url: str | None, signer: Signer | None) -> PublishedChain:
+    """The published release chain, before anything is uploaded: a signed index takes only signed releases."""
+    from .kiln_wheel import served
+    from .signing import SigningError, fetch_chain
+
+    try:
+        chain = fetch_chain(published_url, served()[0])
+    except SigningError as exc:
+        raise ReleaseError("sign", str(exc), exc.exit_code) from None
+    if chain.chain is not None and signer is None:
+        raise ReleaseError("sign", f"the published index is signed (release {chain.chain.head.sequence}); an unsigned "
+                           "release would break its chain: sign with --sign-key FILE or --sign-keyless", 2)
+    return chain
+
+
+def _sign(site: Path, snapshot: Path, signer: Signer, chain: PublishedChain, storage: object, say: Say) -> None:
+    """The next release manifest, signed, into SITE (and beside the wheels in a storage, never overwriting)."""
+    from .index import KilnIndexError
+    from .kiln_wheel import served
+    from .signing import SigningError, sign_release
+
+    put = getattr(storage, "put", None)
+
+    def store(name: str, path: Path) -> None:
+        if put is not None:
+            put(name, path, hashlib.sha256(path.read_bytes()).hexdigest())
+
+    try:
+        sign_release(site, served()[0], signer, chain, snapshot, put=store if put is not None else None, say=say)
+    except SigningError as exc:
+        raise ReleaseError("sign", str(exc), exc.exit_code) from None
+    except KilnIndexError as exc:
+        raise ReleaseError("sign", f"storing the signed release manifest: {exc}", exc.exit_code) from None
+
+
 def run_release(dist: Path, site: Path, base_url: str, published_url: str | None, *, first_release: bool,
                 say: Say = print, storage_config: Path | None = None, repository: str | None = None,
-                tag: str | None = None, gh: GhCli | None = None) -> ReleaseResult:
+                tag: str | None = None, gh: GhCli | None = None, signer: Signer | None = None) -> ReleaseResult:
     """``storage_config``: data/storage.json when None (this repository: the release's assets); ``gh``: how
-    gh is run (default: `gh` on PATH)."""
+    gh is run (default: `gh` on PATH); ``signer``: signs the release manifest (kiln_tool.signing; None: an
+    unsigned release, refused onto an index whose releases are signed)."""
     from .index.storage import load_config
 
     if published_url is None and not first_release:
@@ -180,12 +217,12 @@ def run_release(dist: Path, site: Path, base_url: str, published_url: str | None
         snapshot = Path(tmp)
         hashes = snapshot_dist(dist, snapshot)
         return _release(snapshot, hashes, dist, site, base_url, published_url, first_release=first_release, say=say,
-                        config=config, repository=repository, tag=tag, gh=gh)
+                        config=config, repository=repository, tag=tag, gh=gh, signer=signer)
 
 
 def _release(snapshot: Path, hashes: dict[str, str], dist: Path, site: Path, base_url: str,
              published_url: str | None, *, first_release: bool, say: Say, config: dict[str, Any],
-             repository: str | None, tag: str | None, gh: GhCli | None) -> ReleaseResult:
+             repository: str | None, tag: str | None, gh: GhCli | None, signer: Signer | None = None) -> ReleaseResult:
     from .index import KilnIndexError, build_index
     from .index.fetch import FetchError, fetch_site
     from .index.storage import open_storage
@@ -220,6 +257,7 @@ def _release(snapshot: Path, hashes: dict[str, str], dist: Path, site: Path, bas
         raise ReleaseError("storage", str(exc), exc.exit_code) from None
     manifest_path = site / "kiln-index.json"
     fetched_manifest = manifest_path.read_bytes() if manifest_path.is_file() else None
+    chain = _published_chain(published_url, signer)
     try:
         # SITE holds the fetched manifest and no page, and is deployed whole: every page is rendered.
         # The snapshot's wheels were audited above with the release rules: exactly those bytes are listed.
@@ -229,6 +267,8 @@ def _release(snapshot: Path, hashes: dict[str, str], dist: Path, site: Path, bas
         raise ReleaseError("index", str(exc), exc.exit_code) from None
     except OSError as exc:
         raise ReleaseError("index", f"cannot write the site: {exc}", 2) from None
+    if signer is not None:
+        _sign(site, snapshot, signer, chain, storage, say)
     _claim_successor(storage, site, fetched_manifest)
     if published_url is not None:
         _still_published(site, published_url, fetched_manifest)

@@ -1,9 +1,11 @@
 """kiln release DIST SITE --base-url URL (--published URL | --first-release) [--storage FILE --repository R --tag T]
+             [--sign-key KEY | --sign-keyless]
 
 Records the torch ABIs the wheels need, audits them with the release rules, fetches the published
 site's manifest into SITE (and any wheel it still keeps in the site folder, checked by sha256), uploads
 the new wheels to the storage data/storage.json names (default: the assets of the release of --tag),
-reads each back by the storage's digest, and only then lists them in SITE. release.yml runs exactly this;
+reads each back by the storage's digest, and only then lists them in SITE; with a signer, SITE then gets the
+next signed release manifest, chained to the published one (docs/verifying.md). release.yml runs exactly this;
 `kiln release-rehearsal` runs it here against a site served on 127.0.0.1.
 exit codes: 0 released, 1 refused (audit, a published name with other bytes, a published file
 that does not match its manifest), 2 unusable input.
@@ -31,15 +33,27 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repository", default=None, metavar="OWNER/NAME",
                         help="github-release storage: the repository (default: $GITHUB_REPOSITORY)")
     parser.add_argument("--tag", default=None, help="github-release storage: the release's tag (default: $TAG)")
+    sign = parser.add_mutually_exclusive_group()
+    sign.add_argument("--sign-key", type=Path, default=None, metavar="KEY",
+                      help="sign the release manifest with this OpenSSH private key (ssh-keygen -Y sign; users "
+                      "verify with an allowed-signers file: docs/verifying.md)")
+    sign.add_argument("--sign-keyless", action="store_true",
+                      help="sign keyless with sigstore through the CI job's OIDC identity (needs torch-kiln[signing])")
 
 
 def execute(args: argparse.Namespace) -> int:
     from kiln_tool.release import ReleaseError, run_release
+    from kiln_tool.signing import Signer, SigstoreSigner, SshSigner
 
+    signer: Signer | None = SshSigner(args.sign_key) if args.sign_key else \
+        SigstoreSigner() if args.sign_keyless else None
+    if args.sign_key is not None and not args.sign_key.is_file():
+        print(f"kiln release: --sign-key {args.sign_key}: no such file", file=sys.stderr)
+        return 2
     try:
         result = run_release(args.dist, args.site, args.base_url, args.published or args.base_url,
                              first_release=args.first_release, storage_config=args.storage,
-                             repository=args.repository, tag=args.tag)
+                             repository=args.repository, tag=args.tag, signer=signer)
     except ReleaseError as exc:
         print(f"kiln release: {exc}", file=sys.stderr)
         return exc.exit_code

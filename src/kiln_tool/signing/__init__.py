@@ -1,0 +1,238 @@
+"""A release signs what it publishes (docs/verifying.md).
+
+After `kiln index` has rendered the release's SITE, :func:`sign_release` writes the next release manifest
+(kiln_tool.guard.signed: every page, kiln-index.json, every wheel and METADATA wherever it is stored, chained
+to the manifest before it by sha256), signs it and carries the published chain forward, so SITE, deployed
+whole, serves every release manifest ever signed. Signers:
+
+- key mode: OpenSSH, ``ssh-keygen -Y sign -n kiln-release`` with the project's key (users verify against an
+  allowed-signers file): :class:`SshSigner`;
+- keyless: sigstore-python with the workflow's ambient OIDC identity (GitHub Actions ``id-token: write``):
+  :class:`SigstoreSigner`; the bundle is sigstore's own format.
+
+Append-only: a release manifest or signature that the published chain already holds is never written over;
+with a storage (a bucket, release assets) the new manifest and its signature are also put there beside the
+wheels, through the storage's own never-overwrite put.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from ..guard.signed import (
+    LATEST,
+    MAX_SIGNATURE_BYTES,
+    RELEASES_DIR,
+    SIGSTORE_SUFFIX,
+    SSH_NAMESPACE,
+    SSH_SUFFIX,
+    Chain,
+    FileEntry,
+    VerifyError,
+    dir_fetcher,
+    http_fetcher,
+    read_chain,
+    release_document,
+    wheel_content_digest,
+)
+
+
+class SigningError(RuntimeError):
+    exit_code = 2
+
+
+class Signer(Protocol):
+    suffix: str
+
+    def sign(self, raw: bytes) -> bytes: ...
+
+
+@dataclass(frozen=True)
+class SshSigner:
+    """``ssh-keygen -Y sign`` with a private key file (ed25519 recommended; a key held by ssh-agent works too
+    when ``key`` is its public half)."""
+
+    key: Path
+    suffix: str = SSH_SUFFIX
+
+    def sign(self, raw: bytes) -> bytes:
+        keygen = shutil.which("ssh-keygen")
+        if keygen is None:
+            raise SigningError("ssh-keygen is not on PATH (OpenSSH's client signs key-mode releases)")
+        if not self.key.is_file():
+            raise SigningError(f"--sign-key {self.key}: no such file")
+        with tempfile.TemporaryDirectory(prefix="kiln-sign-") as tmp:
+            target = Path(tmp, "release.json")
+            target.write_bytes(raw)
+            done = subprocess.run([keygen, "-Y", "sign", "-q", "-f", str(self.key), "-n", SSH_NAMESPACE, str(target)],
+                                  capture_output=True, timeout=120, check=False, stdin=subprocess.DEVNULL)
+            signature = target.with_name("release.json.sig")
+            if done.returncode != 0 or not signature.is_file():
+                detail = " ".join(done.stderr.decode("utf-8", "replace").split())[:300]
+                raise SigningError(f"ssh-keygen -Y sign with {self.key} failed: {detail or 'no signature'}")
+            return signature.read_bytes()
+
+
+@dataclass(frozen=True)
+class SigstoreSigner:
+    """Keyless: the ambient OIDC token of the CI job (sigstore.oidc.detect_credential), Fulcio and Rekor of the
+    public sigstore instance. ``token``: an identity token given explicitly (else detected)."""
+
+    token: str | None = None
+    suffix: str = SIGSTORE_SUFFIX
+
+    def sign(self, raw: bytes) -> bytes:
+        try:
+            from sigstore.models import ClientTrustConfig
+            from sigstore.oidc import IdentityToken, detect_credential
+            from sigstore.sign import SigningContext
+        except ImportError:
+            raise SigningError("keyless signing needs sigstore-python: pip install 'torch-kiln[signing]' "
+                               "(requirements/signing.txt pins it with hashes)") from None
+        token = self.token or detect_credential()
+        if not token:
+            raise SigningError("keyless signing: no ambient OIDC credential (in GitHub Actions the job needs "
+                               "`permissions: id-token: write`); sign with --sign-key elsewhere")
+        context = SigningContext.from_trust_config(ClientTrustConfig.production())
+        with context.signer(IdentityToken(token), cache=True) as signer:
+            bundle = signer.sign_artifact(raw)
+        return bundle.to_json().encode("utf-8")
+
+
+# -- the published chain, carried forward -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PublishedChain:
+    chain: Chain | None
+    files: dict[str, bytes]  # every releases/* file and kiln-release.json, as published
+
+
+def fetch_chain(published_url: str | None, project: str, site: Path | None = None) -> PublishedChain:
+    """The published release chain (hashes and order checked, not signatures: the release's signer is not
+    necessarily a verifier), with every file of it, to be carried into the new SITE unchanged."""
+    if published_url is None and site is None:
+        return PublishedChain(None, {})
+    fetcher = http_fetcher(published_url) if published_url is not None else dir_fetcher(site or Path())
+    seen: dict[str, bytes] = {}
+
+    def fetch(path: str, limit: int) -> bytes | None:
+        data = fetcher(path, limit)
+        if data is not None:
+            seen[path] = data
+        return data
+
+    try:
+        chain = read_chain(fetch, None, project)
+        if chain is not None:
+            for release in chain.releases:
+                for suffix in (SSH_SUFFIX, SIGSTORE_SUFFIX):
+                    fetch(release.name + suffix, MAX_SIGNATURE_BYTES)
+    except VerifyError as exc:
+        raise SigningError(f"the published release chain: {exc}") from None
+    if chain is not None and not any(k.endswith((SSH_SUFFIX, SIGSTORE_SUFFIX)) for k in seen):
+        raise SigningError("the published release chain carries no signature")
+    return PublishedChain(chain, seen)
+
+
+def _site_files(site: Path) -> list[FileEntry]:
+    entries = []
+    for path in sorted(site.rglob("*")):
+        rel = path.relative_to(site).as_posix()
+        if rel == LATEST or rel.startswith(f"{RELEASES_DIR}/") or path.is_dir():
+            continue
+        if path.is_symlink() or not path.is_file():
+            raise SigningError(f"{path}: not a regular file; refusing to sign it")
+        data = path.read_bytes()
+        kind = "manifest" if rel == "kiln-index.json" else "wheel" if rel.endswith(".whl") else \
+            "metadata" if rel.endswith(".whl.metadata") else "page"
+        content = wheel_content_digest(path) if kind == "wheel" else None
+        entries.append(FileEntry(rel, kind, hashlib.sha256(data).hexdigest(), len(data), content))
+    return entries
+
+
+def release_files(site: Path, snapshot: Path | None, previous: Chain | None) -> list[FileEntry]:
+    """Every file the index serves: the site's own files, and every wheel (and METADATA) it links in storage,
+    with the content digest of new wheels from the snapshot and of older ones from the signed chain."""
+    from ..index.manifest import load_manifest
+
+    files = _site_files(site)
+    manifest = load_manifest(site)
+    if manifest is None:
+        raise SigningError(f"{site}: no kiln-index.json to sign")
+    known = {f.sha256: f.content for f in (previous.head.files.values() if previous else ()) if f.kind == "wheel"}
+    for wheel in manifest.wheels.values():
+        if wheel.url is None:
+            continue
+        content = known.get(wheel.sha256)
+        local = snapshot / wheel.filename if snapshot is not None else None
+        if local is not None and local.is_file():
+            content = wheel_content_digest(local)
+        files.append(FileEntry(wheel.url, "wheel", wheel.sha256, wheel.size, content))
+        if wheel.metadata_beside:
+            files.append(FileEntry(f"{wheel.url}.metadata", "metadata", wheel.metadata_sha256,
+                                   _metadata_size(local)))
+    return files
+
+
+def _metadata_size(snapshot_wheel: Path | None) -> int:
+    """METADATA's size is not in kiln-index.json; a new wheel's is read from it, an older one's is 0 (its sha256
+    alone is checked)."""
+    import zipfile
+
+    if snapshot_wheel is not None and snapshot_wheel.is_file():
+        with zipfile.ZipFile(snapshot_wheel) as archive:
+            for info in archive.infolist():
+                if info.filename.endswith(".dist-info/METADATA") and info.filename.count("/") == 1:
+                    return info.file_size
+    return 0
+
+
+def sign_release(site: Path, project: str, signer: Signer, published: PublishedChain,
+                 snapshot: Path | None = None, put: Callable[[str, Path], None] | None = None,
+                 say: Callable[[str], None] = print) -> str:
+    """Write the published chain back into SITE unchanged, then the next release manifest, its signature and
+    kiln-release.json. ``put``: also store each new file beside the wheels (never overwriting). Returns the new
+    manifest's path in SITE."""
+    for rel, data in published.files.items():
+        if rel == LATEST:
+            continue
+        target = site / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with target.open("xb") as out:  # never over a file: SITE held no releases/ of its own
+            out.write(data)
+    previous = published.chain
+    sequence = previous.head.sequence + 1 if previous else 1
+    files = release_files(site, snapshot, previous)
+    raw = release_document(project, sequence, previous.head.sha256 if previous else None, files)
+    name = f"{RELEASES_DIR}/release-{sequence:06d}.json"
+    signature = signer.sign(raw)
+    written: list[Path] = []
+    for rel, data in ((name, raw), (name + signer.suffix, signature)):
+        target = site / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with target.open("xb") as out:
+            out.write(data)
+        target.chmod(0o644)
+        written.append(target)
+    latest = site / LATEST
+    latest.write_bytes(raw)
+    latest.chmod(0o644)
+    if put is not None:
+        for target in written:
+            put(target.name, target)
+    say(f"release: signed {name} ({len(files)} file(s), chained to "
+        f"{'release ' + str(previous.head.sequence) if previous else 'nothing: the first signed release'}) "
+        f"with {type(signer).__name__.removesuffix('Signer').lower() or 'a signer'}")
+    return name
+
+
+__all__ = ["PublishedChain", "Signer", "SigningError", "SigstoreSigner", "SshSigner", "fetch_chain",
+           "release_files", "sign_release"]
