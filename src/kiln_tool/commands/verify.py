@@ -1,7 +1,7 @@
-"""kiln verify INDEX_URL (--allowed-signers FILE --identity NAME | --repository OWNER/NAME [--workflow PATH])
+"""kiln verify --index URL (--allowed-signers FILE --identity NAME | --repository OWNER/NAME [--workflow PATH])
             [WHEEL ...] [--installed DIST ...] [--all]
 
-Checks the latest signed release of the index at INDEX_URL (its signature by the expected identity, and the
+Checks the latest signed release of the index at URL (its signature by the expected identity, and the
 chain back to its first release), then each file given against it: downloaded wheels by sha256, installed
 distributions by the digest of the files on disk, and with --all every file the index serves (pages,
 kiln-index.json, wheels, METADATA) as served now. One line per file saying what holds or what does not.
@@ -19,7 +19,8 @@ HELP = "verify wheels, installed packages or a whole index against its signed re
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("index", metavar="INDEX_URL", help="the index's base URL (where kiln-release.json lies)")
+    parser.add_argument("--index", required=True, metavar="URL",
+                        help="the index's base URL (where its kiln-release.json lies)")
     parser.add_argument("wheels", nargs="*", type=Path, metavar="WHEEL", help="downloaded wheel files to check")
     parser.add_argument("--installed", action="append", default=[], metavar="DIST",
                         help="an installed distribution (this Python's) to check; repeatable")

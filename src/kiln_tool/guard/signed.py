@@ -60,6 +60,10 @@ class VerifyError(Exception):
     """A refusal: names the file and the reason, in one line."""
 
 
+class TooLarge(VerifyError):
+    """More bytes than the file may have (a signed size, or a format's bound)."""
+
+
 def release_name(sequence: int) -> str:
     return f"{RELEASES_DIR}/release-{sequence:06d}.json"
 
@@ -288,13 +292,13 @@ def _http(url: str, limit: int, timeout: float = 60.0, sink: Any = None) -> byte
                 raise VerifyError(f"{url[:200]}: HTTP {answer.status}")
             length = answer.getheader("Content-Length")
             if length is not None and length.isdigit() and int(length) > limit:
-                raise VerifyError(f"{url[:200]}: {length} bytes, more than the {limit} this file may have")
+                raise TooLarge(f"{url[:200]}: {length} bytes, more than the {limit} this file may have")
             body = bytearray()
             read = 0
             while chunk := answer.read(1 << 16):
                 read += len(chunk)
                 if read > limit:
-                    raise VerifyError(f"{url[:200]}: more than the {limit} bytes this file may have")
+                    raise TooLarge(f"{url[:200]}: more than the {limit} bytes this file may have")
                 if sink is not None:
                     sink(chunk)
                 else:
@@ -322,7 +326,7 @@ def dir_fetcher(root: Path) -> Fetch:
         if not target.is_file():
             return None
         if target.stat().st_size > limit:
-            raise VerifyError(f"{path}: more than the {limit} bytes this file may have")
+            raise TooLarge(f"{path}: more than the {limit} bytes this file may have")
         return target.read_bytes()
     return fetch
 
@@ -408,8 +412,11 @@ def verify_ssh(raw: bytes, signature: bytes, identity: SshIdentity, where: str) 
 def github_policy(identity: GitHubIdentity) -> Any:
     """The sigstore verification policy for a GitHub Actions identity: GitHub's OIDC issuer, the caller's
     repository, and (if given) the workflow that ran; the certificate's SAN names the reusable workflow."""
-    from sigstore.verify import policy
-
+    try:
+        from sigstore.verify import policy
+    except ImportError:
+        raise VerifyError("checking a keyless signature needs sigstore-python (pip install 'torch-kiln[signing]')"
+                          ) from None
     checks: list[Any] = [policy.OIDCIssuerV2(GITHUB_ISSUER),
                          policy.OIDCSourceRepositoryURI(f"https://github.com/{identity.repository}")]
     if identity.workflow is not None:
@@ -426,9 +433,11 @@ class _WorkflowPolicy:
         self.prefix = f"https://github.com/{identity.repository}/{identity.workflow}@"
 
     def verify(self, cert: Any) -> None:
-        from cryptography.x509 import ObjectIdentifier
-        from sigstore.errors import VerificationError
-
+        try:
+            from cryptography.x509 import ObjectIdentifier
+            from sigstore.errors import VerificationError
+        except ImportError:  # sigstore (which brings cryptography) was imported to get here
+            raise
         try:
             ext = cert.extensions.get_extension_for_oid(ObjectIdentifier(self.OID)).value.value
         except Exception:

@@ -19,6 +19,7 @@ from .signed import (
     Fetch,
     FileEntry,
     Identity,
+    TooLarge,
     VerifyError,
     check_fresh,
     check_identity,
@@ -60,6 +61,9 @@ def check_served(chain: Chain, base_url: str, entry: FileEntry) -> Line:
     limit = entry.size if entry.size else (_METADATA_LIMIT if entry.kind == "metadata" else MAX_FILE_BYTES)
     try:
         found = url_sha256(url, limit)
+    except TooLarge:
+        return Line(FAIL, entry.path, f"serves more than the {entry.size} bytes the signed release {release} gives "
+                                      "(altered on the host)")
     except VerifyError as exc:
         return Line(FAIL, entry.path, f"{exc} (the signed release {release} gives sha256 {entry.sha256[:16]}...)")
     if found is None:

@@ -195,6 +195,20 @@ def _metadata_size(snapshot_wheel: Path | None) -> int:
     return 0
 
 
+def _write_once(target: Path, data: bytes) -> None:
+    """Append-only: a file of the chain is written where there is none; one already there must hold these bytes."""
+    if target.is_symlink() or (target.exists() and not target.is_file()):
+        raise SigningError(f"{target}: not a regular file; refusing to write the release chain over it")
+    if target.is_file():
+        if target.read_bytes() != data:
+            raise SigningError(f"{target}: already holds other bytes; a signed release is never replaced")
+        return
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with target.open("xb") as out:
+        out.write(data)
+    target.chmod(0o644)
+
+
 def sign_release(site: Path, project: str, signer: Signer, published: PublishedChain,
                  snapshot: Path | None = None, put: Callable[[str, Path], None] | None = None,
                  say: Callable[[str], None] = print) -> str:
@@ -202,12 +216,8 @@ def sign_release(site: Path, project: str, signer: Signer, published: PublishedC
     kiln-release.json. ``put``: also store each new file beside the wheels (never overwriting). Returns the new
     manifest's path in SITE."""
     for rel, data in published.files.items():
-        if rel == LATEST:
-            continue
-        target = site / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with target.open("xb") as out:  # never over a file: SITE held no releases/ of its own
-            out.write(data)
+        if rel != LATEST:
+            _write_once(site / rel, data)
     previous = published.chain
     sequence = previous.head.sequence + 1 if previous else 1
     files = release_files(site, snapshot, previous)
@@ -216,12 +226,8 @@ def sign_release(site: Path, project: str, signer: Signer, published: PublishedC
     signature = signer.sign(raw)
     written: list[Path] = []
     for rel, data in ((name, raw), (name + signer.suffix, signature)):
-        target = site / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with target.open("xb") as out:
-            out.write(data)
-        target.chmod(0o644)
-        written.append(target)
+        _write_once(site / rel, data)
+        written.append(site / rel)
     latest = site / LATEST
     latest.write_bytes(raw)
     latest.chmod(0o644)
