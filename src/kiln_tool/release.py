@@ -31,11 +31,11 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:
     from .index.storage import GhCli
-    from .signing import PublishedChain, Signer
+    from .signing import PublishedChain, Putter, Signer
 
 Say = Callable[[str], None]
 
@@ -64,6 +64,39 @@ def _record_torch_abis(wheels: list[Path], say: Say) -> tuple[str, ...]:
     needed = record_needed_torches(wheels, data_dir())
     say(f"release: torch ABIs: {', '.join(needed) if needed else 'every target torch is recorded or installed'}")
     return tuple(needed)
+
+
+_BUILD_INFO_LIMIT = 1024 * 1024
+
+
+def _dirty_commit(wheel: Path) -> str | None:
+    """The commit a wheel's build info names when it also says the tree differed from it (git_dirty: true);
+    None for a clean or unknown tree, or a wheel whose build info cannot be read (the audit judges those)."""
+    import json
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(wheel) as zf:
+            infos = [i for i in zf.infolist() if i.filename.count("/") == 1
+                     and i.filename.endswith("/_build_info.json") and ".dist-info/" not in i.filename]
+            if len(infos) != 1 or infos[0].file_size > _BUILD_INFO_LIMIT:
+                return None
+            info = json.loads(zf.read(infos[0]))
+    except (OSError, ValueError, zipfile.BadZipFile, KeyError, RuntimeError):
+        return None
+    if not isinstance(info, dict) or info.get("git_dirty") is not True:
+        return None
+    commit = info.get("git_commit")
+    return commit[:12] if isinstance(commit, str) and commit.isprintable() else "unknown"
+
+
+def _refuse_dirty(wheels: list[Path]) -> None:
+    dirty = [(w.name, c) for w in wheels if (c := _dirty_commit(w)) is not None]
+    if dirty:
+        names = "; ".join(f"{name} (commit {commit} plus uncommitted changes)" for name, commit in dirty)
+        raise ReleaseError("dirty", f"built from a tree that differed from its commit: {names}. A release wheel "
+                           "must be rebuilt from its commit alone: commit (or discard) the changes, then build "
+                           "again; nothing was published", 1)
 
 
 def _audit(wheels: list[Path], dist: Path, say: Say) -> None:
@@ -178,14 +211,8 @@ def _sign(site: Path, snapshot: Path, signer: Signer, chain: PublishedChain, sto
     from .kiln_wheel import served
     from .signing import SigningError, sign_release
 
-    put = getattr(storage, "put", None)
-
-    def store(name: str, path: Path) -> None:
-        if put is not None:
-            put(name, path, hashlib.sha256(path.read_bytes()).hexdigest())
-
     try:
-        sign_release(site, served()[0], signer, chain, snapshot, put=store if put is not None else None, say=say)
+        sign_release(site, served()[0], signer, chain, snapshot, storage=cast("Putter | None", storage), say=say)
     except SigningError as exc:
         raise ReleaseError("sign", str(exc), exc.exit_code) from None
     except KilnIndexError as exc:
@@ -228,6 +255,7 @@ def _release(snapshot: Path, hashes: dict[str, str], dist: Path, site: Path, bas
     from .index.storage import open_storage
 
     wheels = sorted(snapshot.iterdir())
+    _refuse_dirty(wheels)
     try:
         storage = open_storage(config, repository=repository, tag=tag, gh=gh)
     except KilnIndexError as exc:

@@ -209,12 +209,16 @@ def _write_once(target: Path, data: bytes) -> None:
     target.chmod(0o644)
 
 
+class Putter(Protocol):
+    def put(self, name: str, path: Path, sha256: str) -> None: ...
+
+
 def sign_release(site: Path, project: str, signer: Signer, published: PublishedChain,
-                 snapshot: Path | None = None, put: Callable[[str, Path], None] | None = None,
+                 snapshot: Path | None = None, storage: Putter | None = None,
                  say: Callable[[str], None] = print) -> str:
     """Write the published chain back into SITE unchanged, then the next release manifest, its signature and
-    kiln-release.json. ``put``: also store each new file beside the wheels (never overwriting). Returns the new
-    manifest's path in SITE."""
+    kiln-release.json. ``storage`` (index/storage.py): also store the new manifest and signature beside the wheels,
+    through its never-overwrite put. Returns the new manifest's path in SITE."""
     for rel, data in published.files.items():
         if rel != LATEST:
             _write_once(site / rel, data)
@@ -231,14 +235,14 @@ def sign_release(site: Path, project: str, signer: Signer, published: PublishedC
     latest = site / LATEST
     latest.write_bytes(raw)
     latest.chmod(0o644)
-    if put is not None:
+    if storage is not None:
         for target in written:
-            put(target.name, target)
+            storage.put(target.name, target, hashlib.sha256(target.read_bytes()).hexdigest())
     say(f"release: signed {name} ({len(files)} file(s), chained to "
         f"{'release ' + str(previous.head.sequence) if previous else 'nothing: the first signed release'}) "
         f"with {type(signer).__name__.removesuffix('Signer').lower() or 'a signer'}")
     return name
 
 
-__all__ = ["PublishedChain", "Signer", "SigningError", "SigstoreSigner", "SshSigner", "fetch_chain",
+__all__ = ["PublishedChain", "Putter", "Signer", "SigningError", "SigstoreSigner", "SshSigner", "fetch_chain",
            "release_files", "sign_release"]
