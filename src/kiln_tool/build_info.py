@@ -135,6 +135,43 @@ def git_commit(source_dir: Path) -> str:
     return out.stdout.strip() or "unknown"
 
 
+def _kiln_output(rel: str) -> bool:
+    """A path of what kiln and the build write into the project (build/, dist/, venvs, caches): never a change."""
+    parts = Path(rel).parts
+    return not parts or parts[0] in _SKIP_TOP or parts[0].startswith((".venv", "wheelhouse")) \
+        or bool(_SKIP_PARTS & set(parts)) or parts[-1] in _SKIP_NAMES or parts[0].endswith(".egg-info")
+
+
+def git_dirty(source_dir: Path) -> bool | None:
+    """Whether the project's tree differs from its commit: a tracked file changed, added or deleted, or a file
+    git does not ignore and does not track yet (a new kernel the build may compile). What kiln and the build
+    write (build/, dist/, venvs, caches) does not count. $KILN_GIT_DIRTY ("1"/"0") beside $KILN_GIT_COMMIT
+    speaks for an export without .git; None when nothing can tell."""
+    if os.environ.get("KILN_GIT_COMMIT"):
+        flag = os.environ.get("KILN_GIT_DIRTY", "").strip()
+        return {"1": True, "0": False}.get(flag)
+    try:
+        out = subprocess.run(["git", "-C", str(source_dir), "status", "--porcelain=v1", "-z", "--untracked-files=all",
+                              "--", "."], capture_output=True, check=True, timeout=60)
+        top = subprocess.run(["git", "-C", str(source_dir), "rev-parse", "--show-prefix"], capture_output=True,
+                             text=True, check=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    prefix = top.stdout.strip()
+    entries = out.stdout.decode("utf-8", "surrogateescape").split("\0")
+    changed, i = [], 0
+    while i < len(entries):
+        entry = entries[i]
+        i += 1
+        if len(entry) < 4:
+            continue
+        if entry[0] in "RC":
+            i += 1  # a rename's or copy's source path follows it
+        name = entry[3:]
+        changed.append(name[len(prefix):] if prefix and name.startswith(prefix) else name)
+    return any(not _kiln_output(name) for name in changed)
+
+
 def python_tag(abi_mode: str) -> str:
     if abi_mode == "stable":
         return "cp310-abi3"
@@ -225,6 +262,7 @@ def backend_build_info(project: KilnProject, torch: TorchInstall, variant: Build
         "python_tag": "cp" + python.replace(".", ""),
         "platform": sys.platform,
         "git_commit": commit or git_commit(project.root),
+        "git_dirty": git_dirty(project.root),
         "source_hash": source_hash(project.root),
         "ops": ops,
         "targets": None,  # kiln_tool.relabel lists the compiled libraries of the backend's wheel here
@@ -288,6 +326,7 @@ def main(argv: list[str] | None = None) -> int:
         "extension_suffix": args.extension_suffix,
         "platform": sys.platform,
         "git_commit": git_commit(source_dir),
+        "git_dirty": git_dirty(source_dir),
         "source_hash": source_hash(source_dir),
         "ops": ops,
         "targets": targets,
