@@ -240,6 +240,13 @@ def run_release(dist: Path, site: Path, base_url: str, published_url: str | None
         config = load_config(storage_config)
     except KilnIndexError as exc:
         raise ReleaseError("storage", str(exc), exc.exit_code) from None
+    if signer is not None:
+        from .signing import SigningError
+
+        try:
+            signer.check()  # before anything is read, audited or uploaded
+        except SigningError as exc:
+            raise ReleaseError("sign", str(exc), exc.exit_code) from None
     with tempfile.TemporaryDirectory(prefix="kiln-release-dist-") as tmp:
         snapshot = Path(tmp)
         hashes = snapshot_dist(dist, snapshot)

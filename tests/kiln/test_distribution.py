@@ -68,7 +68,10 @@ def test_its_metadata_names_the_tool_its_imports_its_command_and_its_cmake_packa
     _, fields, entry_points = _metadata(kiln_wheel())
     assert fields["Name"] == ["torch-kiln"] and fields["Version"] == [kiln_tool.__version__]
     assert fields["Requires-Python"] == [">=3.10"]
-    requires = {Requirement(r).name: Requirement(r) for r in fields["Requires-Dist"]}
+    every = [Requirement(r) for r in fields["Requires-Dist"]]
+    requires = {r.name: r for r in every if r.marker is None or "extra" not in str(r.marker)}
+    # The optional signing extra (keyless sigstore signing/verification): sigstore, and only there.
+    assert [r.name for r in every if r.marker is not None and "extra" in str(r.marker)] == ["sigstore"]
     distributions = importlib.metadata.packages_distributions()
     imported = {distributions[module][0].lower() for module in KNOWN_THIRD_PARTY}
     assert set(requires) == imported | RUN_NOT_IMPORTED | {"tomli"}, "dependencies: the tool's imports, no more"

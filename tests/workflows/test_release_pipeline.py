@@ -174,7 +174,16 @@ def _release(workspace: Path, url: str, earlier: int, bin_dir: Path, **env: str)
     return subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=workspace, capture_output=True, text=True,
                           env={**os.environ, **STANDIN, **_step_env(workspace, bin_dir), "PATH": path,
                                "GITHUB_REPOSITORY": "opkiln/opkiln", "TAG": "v0.1.0", "FAKE_PAGES_URL": url,
-                               "FAKE_EARLIER_RELEASES": str(earlier), **env})
+                               "FAKE_EARLIER_RELEASES": str(earlier),
+                               "KILN_SIGNING_STANDIN_KEY": _signing_key(bin_dir), **env})
+
+
+def _signing_key(folder: Path) -> str:
+    """The key that stands in for keyless signing (no OIDC identity nor sigstore service here)."""
+    key = folder / "signing-standin"
+    if not key.exists():
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True, timeout=60)
+    return str(key)
 
 
 def _assets(tag: str) -> dict[str, bytes]:

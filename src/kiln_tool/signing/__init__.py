@@ -49,7 +49,12 @@ class SigningError(RuntimeError):
 
 
 class Signer(Protocol):
-    suffix: str
+    @property
+    def suffix(self) -> str:
+        """The signature's file suffix beside the manifest (.sig, .sigstore.json)."""
+
+    def check(self) -> None:
+        """Raise SigningError now, before a release uploads anything, when this signer cannot sign."""
 
     def sign(self, raw: bytes) -> bytes: ...
 
@@ -62,12 +67,15 @@ class SshSigner:
     key: Path
     suffix: str = SSH_SUFFIX
 
-    def sign(self, raw: bytes) -> bytes:
-        keygen = shutil.which("ssh-keygen")
-        if keygen is None:
+    def check(self) -> None:
+        if shutil.which("ssh-keygen") is None:
             raise SigningError("ssh-keygen is not on PATH (OpenSSH's client signs key-mode releases)")
         if not self.key.is_file():
             raise SigningError(f"--sign-key {self.key}: no such file")
+
+    def sign(self, raw: bytes) -> bytes:
+        self.check()
+        keygen = shutil.which("ssh-keygen") or "ssh-keygen"
         with tempfile.TemporaryDirectory(prefix="kiln-sign-") as tmp:
             target = Path(tmp, "release.json")
             target.write_bytes(raw)
@@ -88,18 +96,29 @@ class SigstoreSigner:
     token: str | None = None
     suffix: str = SIGSTORE_SUFFIX
 
-    def sign(self, raw: bytes) -> bytes:
+    def check(self) -> None:
+        self._token()
+
+    def _token(self) -> str:
         try:
-            from sigstore.models import ClientTrustConfig
-            from sigstore.oidc import IdentityToken, detect_credential
-            from sigstore.sign import SigningContext
+            from sigstore.oidc import detect_credential
         except ImportError:
             raise SigningError("keyless signing needs sigstore-python: pip install 'torch-kiln[signing]' "
-                               "(requirements/signing.txt pins it with hashes)") from None
+                               "(kiln_tool/data/requirements/signing.lock pins it with hashes)") from None
         token = self.token or detect_credential()
         if not token:
             raise SigningError("keyless signing: no ambient OIDC credential (in GitHub Actions the job needs "
                                "`permissions: id-token: write`); sign with --sign-key elsewhere")
+        return str(token)
+
+    def sign(self, raw: bytes) -> bytes:
+        token = self._token()
+        try:
+            from sigstore.models import ClientTrustConfig
+            from sigstore.oidc import IdentityToken
+            from sigstore.sign import SigningContext
+        except ImportError:
+            raise SigningError("keyless signing needs sigstore-python: pip install 'torch-kiln[signing]'") from None
         context = SigningContext.from_trust_config(ClientTrustConfig.production())
         with context.signer(IdentityToken(token), cache=True) as signer:
             bundle = signer.sign_artifact(raw)
