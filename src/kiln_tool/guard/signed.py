@@ -240,7 +240,7 @@ def installed_content(distribution: str) -> Installed:
     if files is None:
         raise VerifyError(f"{distribution}: installed without a RECORD; cannot tell which files are its own")
     pairs, changed = [], []
-    location = ""
+    location = str(Path(str(dist.locate_file(""))).resolve())
     for entry in files:
         posix = entry.as_posix()
         head, _, rest = posix.partition("/")
@@ -248,7 +248,6 @@ def installed_content(distribution: str) -> Installed:
                 (head.endswith(".dist-info") and rest in _INSTALLER_FILES):
             continue
         path = Path(str(entry.locate()))
-        location = location or str(path.parent)
         try:
             data = path.read_bytes()
         except OSError as exc:
