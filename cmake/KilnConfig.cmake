@@ -11,8 +11,10 @@
 # Sets:
 #   KILN_CMAKE_DIR    this folder
 #   KILN_PACKAGE_DIR  the kiln_tool package of this CMake package (its guard, its data)
-#   KILN_PYTHONPATH   the folder that holds the kiln_tool package: every Python call of kiln's CMake
-#                     runs `python -m kiln_tool.<module>` with PYTHONPATH set to it
+#   KILN_PYTHONPATH   a folder of the build tree that holds only kiln_tool (a link to KILN_PACKAGE_DIR):
+#                     every Python call of kiln's CMake runs `python -m kiln_tool.<module>` with
+#                     PYTHONPATH set to it. Not the folder kiln_tool is installed in: that is the tool's
+#                     venv's whole site-packages, whose torch would shadow the build venv's.
 #   KILN_DATA_DIR     kiln's data (matrix.json: the default CUDA arch lists)
 # and defines the kiln_* functions of the modules below.
 
@@ -31,8 +33,25 @@ else()
   message(FATAL_ERROR "kiln: no kiln_tool package beside this CMake package (${KILN_CMAKE_DIR}): use the one "
                       "`kiln --cmake-dir` prints")
 endif()
-get_filename_component(KILN_PYTHONPATH "${KILN_PACKAGE_DIR}/.." ABSOLUTE)
 set(KILN_DATA_DIR "${KILN_PACKAGE_DIR}/data")
+set(KILN_PYTHONPATH "${CMAKE_BINARY_DIR}/kiln-path")
+file(MAKE_DIRECTORY "${KILN_PYTHONPATH}")
+if(IS_SYMLINK "${KILN_PYTHONPATH}/kiln_tool")
+  file(READ_SYMLINK "${KILN_PYTHONPATH}/kiln_tool" _kiln_linked)
+  if(NOT _kiln_linked STREQUAL KILN_PACKAGE_DIR)  # a rebuild by another kiln
+    file(REMOVE "${KILN_PYTHONPATH}/kiln_tool")
+  endif()
+elseif(EXISTS "${KILN_PYTHONPATH}/kiln_tool")
+  file(REMOVE_RECURSE "${KILN_PYTHONPATH}/kiln_tool")
+endif()
+if(NOT IS_SYMLINK "${KILN_PYTHONPATH}/kiln_tool")
+  file(CREATE_LINK "${KILN_PACKAGE_DIR}" "${KILN_PYTHONPATH}/kiln_tool" RESULT _kiln_link SYMBOLIC)
+  if(NOT _kiln_link EQUAL 0)
+    message(FATAL_ERROR "kiln: cannot link ${KILN_PYTHONPATH}/kiln_tool to ${KILN_PACKAGE_DIR}: ${_kiln_link}")
+  endif()
+endif()
+unset(_kiln_linked)
+unset(_kiln_link)
 
 include("${KILN_CMAKE_DIR}/KilnPython.cmake")
 include("${KILN_CMAKE_DIR}/KilnTorch.cmake")

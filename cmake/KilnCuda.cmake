@@ -104,6 +104,37 @@ function(kiln_cuda_arch_list cuda_version out)
   set(${out} "${archs}" PARENT_SCOPE)
 endfunction()
 
+# kiln_add_cuda_library_headers()
+#   After project(), for a CUDA variant (kiln_add_torch_targets() calls it). Defines, once,
+#   kiln::cuda_library_headers: the include folders of the CUDA libraries torch ships beside itself as
+#   NVIDIA's PyPI wheels (site-packages/nvidia/<component>/include: nvidia/cu13/include for CUDA 13,
+#   nvidia/cublas/include, nvidia/cusparse/include, ... for CUDA 12). ATen/cuda/CUDAContext.h includes
+#   cublas_v2.h and cusparse.h, which a minimal toolkit lacks. Linked after CUDA::cudart, so that the
+#   toolkit's own headers (cuda_runtime.h) come first where both hold one.
+function(kiln_add_cuda_library_headers)
+  if(TARGET kiln::cuda_library_headers)
+    return()
+  endif()
+  get_filename_component(site "${KILN_TORCH_ROOT}/.." ABSOLUTE)
+  file(GLOB candidates LIST_DIRECTORIES true "${site}/nvidia/*/include")
+  list(SORT candidates)
+  set(found "")
+  foreach(candidate IN LISTS candidates)
+    if(IS_DIRECTORY "${candidate}")
+      list(APPEND found "${candidate}")
+    endif()
+  endforeach()
+  add_library(kiln_cuda_library_headers INTERFACE)
+  add_library(kiln::cuda_library_headers ALIAS kiln_cuda_library_headers)
+  if(found)
+    target_include_directories(kiln_cuda_library_headers SYSTEM INTERFACE ${found})
+    list(JOIN found ", " shown)
+    message(STATUS "kiln: CUDA library headers beside torch: ${shown}")
+  else()
+    message(STATUS "kiln: no CUDA library headers beside torch (${site}/nvidia/*/include): the toolkit's only")
+  endif()
+endfunction()
+
 # kiln_setup_cuda()
 #   Before project(), for a CUDA variant (kiln_configure() calls it): finds an nvcc of torch's CUDA
 #   major version and its real toolkit root (CMAKE_CUDA_COMPILER, CUDAToolkit_ROOT), sets

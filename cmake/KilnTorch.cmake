@@ -70,7 +70,8 @@ endfunction()
 #   After project(); kiln_add_torch_library() calls it. Defines, once:
 #   torch ABI mode:
 #     kiln::torch_cpu    torch's headers, _GLIBCXX_USE_CXX11_ABI, libtorch_cpu + libc10
-#     kiln::torch_cuda   (CUDA variant) kiln::torch_cpu + libc10_cuda + the CUDA runtime, KILN_WITH_CUDA=1
+#     kiln::torch_cuda   (CUDA variant) kiln::torch_cpu + libc10_cuda + the CUDA runtime + the CUDA
+#                        library headers torch ships (kiln::cuda_library_headers), KILN_WITH_CUDA=1
 #   stable ABI mode:
 #     kiln::torch_stable (KilnStableAbi.cmake) torch's headers with TORCH_STABLE_ONLY, libtorch_cpu only
 function(kiln_add_torch_targets)
@@ -103,7 +104,9 @@ function(kiln_add_torch_targets)
     endif()
     add_library(kiln_torch_cuda INTERFACE)
     add_library(kiln::torch_cuda ALIAS kiln_torch_cuda)
-    target_link_libraries(kiln_torch_cuda INTERFACE kiln::torch_cpu "${lib}/libc10_cuda.so" CUDA::cudart)
+    kiln_add_cuda_library_headers()
+    target_link_libraries(kiln_torch_cuda INTERFACE kiln::torch_cpu "${lib}/libc10_cuda.so" CUDA::cudart
+                                                    kiln::cuda_library_headers)
     target_compile_definitions(kiln_torch_cuda INTERFACE KILN_WITH_CUDA=1)
   endif()
 endfunction()

@@ -238,3 +238,68 @@ def test_paths_stay_mapped_through_ccache_with_a_base_dir(tmp_path: Path, build_
         assert leaked == [], leaked[:5]
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+OTHER_TORCH_SITE = REPO / ".venvs" / "torch2.14-cu130-py3.11" / "lib" / "python3.11" / "site-packages"
+
+
+def test_the_build_sees_only_its_venvs_torch_whatever_the_tools_venv_holds(tmp_path: Path) -> None:
+    """kiln installed into a venv that also holds torch (a maintainer's usual venv): its CMake package, found in
+    that site-packages, must configure the project from the build venv's torch (Python_EXECUTABLE's, 2.13 CPU),
+    never from the torch beside kiln_tool (2.14.1 here), whose site-packages is no build's PYTHONPATH."""
+    if not TORCH_PYTHON.exists() or not (OTHER_TORCH_SITE / "torch" / "version.py").is_file():
+        pytest.skip("needs the build venvs of torch 2.13 CPU and 2.14.1 cu130 (scripts/kiln venv --build local)")
+    site = tmp_path / "tool-venv" / "site-packages"  # as pip lays torch-kiln out beside a torch
+    shutil.copytree(REPO / "src" / "kiln_tool", site / "kiln_tool", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(KILN_CMAKE_DIR, site / "kiln_tool" / "cmake")
+    for name in ("torch", "torchgen", "torch-2.14.1.dist-info"):
+        (site / name).symlink_to(OTHER_TORCH_SITE / name, target_is_directory=True)
+    source = tmp_path / "tinyops"
+    shutil.copytree(PROJECT, source)
+    cmake = _cmake()
+    configured = subprocess.run(
+        [str(cmake), "-S", str(source), "-B", str(tmp_path / "build"), "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release",
+         f"-DPython_EXECUTABLE={TORCH_PYTHON}", f"-DKiln_DIR={site / 'kiln_tool' / 'cmake'}"],
+        capture_output=True, text=True, env=_env(cmake), timeout=300)
+    assert configured.returncode == 0, configured.stdout + configured.stderr
+    config = (tmp_path / "build" / "kiln_config.cmake").read_text()
+    values = dict(line[len("set("):-1].split(" ", 1) for line in config.splitlines() if line.startswith("set("))
+    assert values["KILN_TORCH_VERSION"].strip('"') == "2.13.0+cpu", config
+    assert Path(values["KILN_TORCH_ROOT"].strip('"')).is_relative_to(TORCH_VENV.resolve()), config
+    assert values["KILN_WHEEL_VERSION"].strip('"').endswith("+pt213cpu"), config
+    cache = (tmp_path / "build" / "CMakeCache.txt").read_text().splitlines()
+    assert [line.split("=", 1)[1] for line in cache if line.startswith("Kiln_DIR:")] == [
+        str(site / "kiln_tool" / "cmake")], "the CMake package used is the one in the tool's venv"
+
+
+CUDA_VENV = REPO / ".venvs" / "torch2.14-cu130-py3.11"
+CUDA_PROJECT = Path(__file__).parent / "streamops"
+
+
+def test_a_cuda_library_on_torchs_current_stream_compiles(tmp_path: Path) -> None:
+    """streamops includes ATen/cuda/CUDAContext.h (for the current stream), as most CUDA op libraries do; that
+    header includes cusparse.h and cublas_v2.h, which torch ships in its CUDA library wheels
+    (site-packages/nvidia/cu13/include for CUDA 13) and a minimal toolkit lacks. kiln's CMake API finds them
+    beside the build venv's torch. Compiled with nvcc for one arch (KILN_CUDA_ARCHS=8.0); no GPU is needed.
+    Slow: CUDAContext.h is a heavy include (362 s at load 10 on 2 cores, most of it this one nvcc compile)."""
+    python = CUDA_VENV / "bin" / "python"
+    if not python.exists():
+        pytest.skip(f"{CUDA_VENV} is missing: scripts/kiln venv --build cu130")
+    if shutil.which("nvcc") is None and not Path("/usr/local/cuda/bin/nvcc").exists():
+        pytest.skip("no nvcc (CUDA 13.0 toolkit)")
+    source = tmp_path / "streamops"
+    shutil.copytree(CUDA_PROJECT, source)
+    cmake = _cmake()
+    env = {**_env(cmake), "KILN_CUDA_ARCHS": "8.0"}
+    build = tmp_path / "build"
+    configured = subprocess.run(
+        [str(cmake), "-S", str(source), "-B", str(build), "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release",
+         f"-DPython_EXECUTABLE={python}", f"-DKiln_DIR={KILN_CMAKE_DIR}"],
+        capture_output=True, text=True, env=env, timeout=300)
+    assert configured.returncode == 0, configured.stdout + configured.stderr
+    assert "kiln: CUDA library headers beside torch: " in configured.stdout, configured.stdout
+    built = subprocess.run([str(cmake), "--build", str(build)], capture_output=True, text=True, env=env, timeout=900)
+    assert built.returncode == 0, (built.stdout + built.stderr)[-6000:]
+    (module,) = build.glob("_C.*.so")
+    with module.open("rb") as fh:
+        assert ELFFile(fh).get_section_by_name(".nv_fatbin") is not None, "the CUDA kernel is in the library"
