@@ -208,9 +208,12 @@ def test_release_merges_onto_what_is_published(repaired_wheel: Path, serve: obje
     published = first / "site"
     manifest = json.loads((published / "kiln-index.json").read_text())
     assert [w["filename"] for w in manifest["wheels"]] == [repaired_wheel.name]
-    # The wheel is an asset of v0.1.0 (with its METADATA), read back and linked; the site holds no wheel.
+    # The wheel is an asset of v0.1.0 (with its METADATA), read back and linked; the site holds no wheel. The
+    # signed release manifest (the workflow's keyless signer: a key stands in here) lies beside it and in the site.
     assets = _assets("v0.1.0")
-    assert sorted(assets) == [repaired_wheel.name, f"{repaired_wheel.name}.metadata"]
+    assert sorted(assets) == sorted([repaired_wheel.name, f"{repaired_wheel.name}.metadata", "release-000001.json",
+                                     "release-000001.json.sig"])
+    assert assets["release-000001.json"] == (published / "releases" / "release-000001.json").read_bytes()
     assert assets[repaired_wheel.name] == repaired_wheel.read_bytes()
     metadata_sha256 = hashlib.sha256(assets[f"{repaired_wheel.name}.metadata"]).hexdigest()
     assert metadata_sha256 == manifest["wheels"][0]["metadata_sha256"]
@@ -262,6 +265,7 @@ def test_release_merges_onto_what_is_published(repaired_wheel: Path, serve: obje
     env = {k: v for k, v in os.environ.items() if k != "KILN_STANDIN_MANYLINUX"}
     above = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=fourth, capture_output=True, text=True,
                            env={**env, **_step_env(fourth, bin_dir), "PATH": path,
+                                "KILN_SIGNING_STANDIN_KEY": _signing_key(bin_dir),
                                 "GITHUB_REPOSITORY": "opkiln/opkiln", "TAG": "v9.9.9",
                                 "FAKE_PAGES_URL": served, "FAKE_EARLIER_RELEASES": "2"})
     assert above.returncode == 1, above.stdout + above.stderr

@@ -13,7 +13,8 @@ from workflows.workflow_files import REPO, WORKFLOWS, load, steps, workflow
 PINNED = re.compile(r"^[\w.-]+/[\w.-]+(/[\w./-]+)?@[0-9a-f]{40}$")
 WRITE_ALLOWED = {
     # (workflow, job): the scopes it may write, and why
-    ("kiln.yml", "index"): {"contents"},  # kiln release uploads the wheels as the tag's release assets
+    # kiln release uploads the wheels as the tag's release assets, and signs the release manifest keyless
+    ("kiln.yml", "index"): {"contents", "id-token"},
     ("kiln.yml", "attest"): {"id-token", "attestations"},  # build provenance of those assets
     ("kiln.yml", "deploy"): {"pages", "id-token"},  # GitHub Pages deployment
     # The caller grants the reusable workflow what its release jobs above need, no more.
