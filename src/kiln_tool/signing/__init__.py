@@ -161,7 +161,9 @@ def fetch_chain(published_url: str | None, project: str, site: Path | None = Non
     return PublishedChain(chain, seen)
 
 
-def _site_files(site: Path) -> list[FileEntry]:
+def _site_files(site: Path, known: dict[str, str | None]) -> list[FileEntry]:
+    """Every file of SITE (the chain's own files aside); a wheel's content digest is taken from the previous
+    signed release when its sha256 is the same (a release reads only its new wheels' members)."""
     entries = []
     for path in sorted(site.rglob("*")):
         rel = path.relative_to(site).as_posix()
@@ -172,8 +174,11 @@ def _site_files(site: Path) -> list[FileEntry]:
         data = path.read_bytes()
         kind = "manifest" if rel == "kiln-index.json" else "wheel" if rel.endswith(".whl") else \
             "metadata" if rel.endswith(".whl.metadata") else "page"
-        content = wheel_content_digest(path) if kind == "wheel" else None
-        entries.append(FileEntry(rel, kind, hashlib.sha256(data).hexdigest(), len(data), content))
+        sha256 = hashlib.sha256(data).hexdigest()
+        content = None
+        if kind == "wheel":
+            content = known[sha256] if known.get(sha256) else wheel_content_digest(path)
+        entries.append(FileEntry(rel, kind, sha256, len(data), content))
     return entries
 
 
@@ -182,11 +187,11 @@ def release_files(site: Path, snapshot: Path | None, previous: Chain | None) -> 
     with the content digest of new wheels from the snapshot and of older ones from the signed chain."""
     from ..index.manifest import load_manifest
 
-    files = _site_files(site)
+    known = {f.sha256: f.content for f in (previous.head.files.values() if previous else ()) if f.kind == "wheel"}
+    files = _site_files(site, known)
     manifest = load_manifest(site)
     if manifest is None:
         raise SigningError(f"{site}: no kiln-index.json to sign")
-    known = {f.sha256: f.content for f in (previous.head.files.values() if previous else ()) if f.kind == "wheel"}
     for wheel in manifest.wheels.values():
         if wheel.url is None:
             continue
