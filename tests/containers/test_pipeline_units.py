@@ -291,5 +291,6 @@ touch "$out/{made}-0.3.0+pt213cpu-cp311-cp311-manylinux_2_34_x86_64.whl"
     env = dict(line.split("=", 1) for line in lines if "=" in line and line.startswith(("KILN_", "CIBW_", "PIP_")))
     head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True).stdout
     assert env["KILN_GIT_COMMIT"] == head.strip() and env["KILN_TORCH_VERSION"] == job.torch
+    assert env["KILN_GIT_DIRTY"] in ("0", "1")  # the export has no .git: the build info's git_dirty comes from here
     assert env["CIBW_BUILD"] == f"cp311-manylinux_{host_arch()}" and "KILN_CUDA_ARCHS" not in env
     assert env["PIP_FIND_LINKS"] == f"/host{tmp_path}/kiln-wheels"

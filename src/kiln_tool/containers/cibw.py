@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .. import resources
+from ..build_info import git_dirty
 from ..epoch import source_date_epoch
 from ..matrix_data import Matrix, MatrixJob, build_jobs, github_entry
 from ..matrix_data import load as load_matrix
@@ -169,6 +170,8 @@ def run_cibuildwheel(engine: Engine, base: Base, job: MatrixJob, out: Path, *, p
         "CCACHE_DIR": f"{HOST_MOUNT}{CCACHE_HOST_DIR}",
         "SOURCE_DATE_EPOCH": source_date_epoch(),
         "KILN_GIT_COMMIT": git_head(project.root),
+        # The export carries uncommitted edits but no .git: the build info's git_dirty comes from here.
+        "KILN_GIT_DIRTY": _dirty_flag(git_dirty(project.root)),
         "DOCKER_BUILDKIT": "0",
     })
     if skip_tests:
@@ -291,6 +294,11 @@ def emulation_mounts(arch: str) -> str:
     mounts = f" --volume={path}:/proc/cpuinfo:ro"
     cpu = recipe.get("qemu_cpu", {}).get(arch)
     return mounts + (f" --env=QEMU_CPU={cpu}" if cpu else "")
+
+
+def _dirty_flag(dirty: bool | None) -> str:
+    """KILN_GIT_DIRTY: "1", "0", or empty where git could not tell."""
+    return "" if dirty is None else ("1" if dirty else "0")
 
 
 def git_head(source: Path) -> str:

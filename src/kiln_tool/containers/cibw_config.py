@@ -50,8 +50,9 @@ KILN_PASSED: dict[str, str] = {
     "SOURCE_DATE_EPOCH": "one timestamp for reproducible wheels",
 }
 """The variables environment-pass must name, and why each."""
-ALSO_PASSED = ("CCACHE_DIR", "CCACHE_DISABLE", "PIP_FIND_LINKS", "PIP_EXTRA_INDEX_URL")
-"""Passed by the generated table, not required: the compiler cache and a stand-in run's package sources."""
+ALSO_PASSED = ("CCACHE_DIR", "CCACHE_DISABLE", "PIP_FIND_LINKS", "PIP_EXTRA_INDEX_URL", "KILN_GIT_DIRTY")
+"""Passed by the generated table, not required: the compiler cache, a stand-in run's package sources, and whether
+the exported tree differed from KILN_GIT_COMMIT (the build info's git_dirty; unknown where not passed)."""
 SKIPPED: dict[str, tuple[str, str]] = {
     "musllinux": ("*-musllinux_*", "cp311-musllinux_x86_64"),
     "free-threaded": ("cp3??t-*", "cp314t-manylinux_x86_64"),
