@@ -252,10 +252,11 @@ def _release_results(artifact: ArtifactContext, wheel: Wheel) -> list[CheckResul
             above.append(tag)
     if above:
         return [failed("wheel-tag", f"{wheel.path.name}: a release wheel must be tagged at the release floor "
-                       f"{floor} (data/matrix.json manylinux_floor), so it installs wherever torch does; "
-                       f"it is tagged {', '.join(above)}.",
-                       f"build in the {floor} image (docker/Dockerfile on data/matrix.json's manylinux_base) "
-                       "and repair with kiln repair.", "above-release-floor")]
+                       f"{floor} (the build matrix's manylinux_floor), so it installs wherever torch does; "
+                       f"it is tagged {', '.join(above)}: it was built outside the {floor} image.",
+                       f"build the release wheels with `kiln cibuildwheel` (it builds, repairs and audits them in "
+                       f"the {floor} image), not `kiln wheels`, which builds on this machine.",
+                       "above-release-floor")]
     return [passed("wheel-tag", f"release: tagged at or below the release floor {floor}")]
 
 
