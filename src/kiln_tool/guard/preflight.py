@@ -22,6 +22,7 @@ from importlib.machinery import EXTENSION_SUFFIXES
 from pathlib import Path
 from typing import Any
 
+from . import shell
 from .buildinfo import INDEX_URL_ENV, PACKAGE, SKIP_ENV, compiled_files, distribution, doctor_command
 
 
@@ -189,16 +190,23 @@ def describe_environment(env: Environment) -> str:
 # The fix --------------------------------------------------------------------------------------
 
 def index_base_url(info: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> str | None:
-    """${PREFIX}_INDEX_URL, else the build info's index_url; None when neither names one."""
+    """${PREFIX}_INDEX_URL, else the build info's index_url; None when neither names one. A value that cannot
+    be shown in a command safely raises shell.UnsafeValue naming the variable (the build info's own was checked
+    when it was read)."""
     environ = os.environ if environ is None else environ
-    base = environ.get(INDEX_URL_ENV, "").strip() or str(info.get("index_url") or "").strip()
-    return base.rstrip("/") or None
+    override = environ.get(INDEX_URL_ENV, "")
+    if override.strip():
+        return shell.url(override, INDEX_URL_ENV) or None
+    base = str(info.get("index_url") or "").strip()
+    return (shell.url(base, "the build info's index_url") or None) if base else None
 
 
 def index_page_path(env: Environment) -> str:
     """The page `kiln index`/`kiln release` write for this torch, relative to the site root:
     ``<cuda tag>/torch<major.minor>/index.html`` (kiln_tool.index.combos.Combination.page)."""
-    return f"{env.cuda_tag}/torch{env.torch_major_minor}/index.html"
+    tag = env.cuda_tag if re.fullmatch(r"cpu|cu[0-9]+", env.cuda_tag) else "cpu"
+    minor = env.torch_major_minor if re.fullmatch(r"[0-9]+\.[0-9]+", env.torch_major_minor) else "0.0"
+    return f"{tag}/torch{minor}/index.html"
 
 
 def index_page_url(info: Mapping[str, Any], env: Environment, environ: Mapping[str, str] | None = None) -> str:
@@ -208,9 +216,17 @@ def index_page_url(info: Mapping[str, Any], env: Environment, environ: Mapping[s
 
 
 def install_command(info: Mapping[str, Any], env: Environment, environ: Mapping[str, str] | None = None) -> str:
-    # The uninstall matters: with any build installed, a plain `pip install <dist>` is "already satisfied".
-    dist = distribution(info)
-    return f"pip uninstall -y {dist} && pip install {dist} -f {index_page_url(info, env, environ)}"
+    """One command: reinstall the distribution from the index page for this torch. ``--force-reinstall``
+    because with any build installed a plain ``pip install <dist>`` is "already satisfied"; ``--no-deps`` so
+    the reinstall never touches torch. Raises shell.UnsafeValue for an unsafe ${PREFIX}_INDEX_URL."""
+    dist = shell.dist_name(distribution(info), "the build info's project")
+    words = ["pip", "install", "--force-reinstall", "--no-deps", dist, "-f"]
+    base = index_base_url(info, environ)
+    if base is None:
+        # The variable must expand when pasted: the one word kiln writes by hand, from checked parts only.
+        variable = shell.env_name(INDEX_URL_ENV, "the index URL variable")
+        return f'{shell.command(*words)} "${{{variable}}}"/{index_page_path(env)}'
+    return shell.command(*words, f"{base}/{index_page_path(env)}")
 
 
 def fix_reason(info: Mapping[str, Any], env: Environment, environ: Mapping[str, str] | None = None) -> str:
@@ -218,6 +234,17 @@ def fix_reason(info: Mapping[str, Any], env: Environment, environ: Mapping[str, 
     where = "here:" if index_base_url(info, environ) else f"(this build names no index URL: set {INDEX_URL_ENV}):"
     return (f"install the {distribution(info)} wheel built for your torch ({kind}, torch {env.torch_major_minor}) "
             f"{where}")
+
+
+def install_fix(info: Mapping[str, Any], env: Environment, environ: Mapping[str, str] | None = None
+                ) -> tuple[str, str]:
+    """(reason, command) that installs the right wheel; when ${PREFIX}_INDEX_URL cannot be shown safely, the
+    fix is to unset it, and the reason says why (the value itself is never printed raw)."""
+    try:
+        return fix_reason(info, env, environ), install_command(info, env, environ)
+    except shell.UnsafeValue as exc:
+        return (f"{exc}; kiln refuses to print it in a command: unset it (then run `{doctor_command()}`):",
+                shell.command("unset", INDEX_URL_ENV))
 
 
 # The checks -----------------------------------------------------------------------------------
@@ -296,7 +323,7 @@ def advisories(info: Mapping[str, Any], env: Environment) -> list[str]:
 def environment_error(info: Mapping[str, Any], env: Environment, problems: list[str], headline: str,
                       loader_error: str | None = None, fix: tuple[str, str] | None = None) -> GuardError:
     """The error for ``problems``; ``fix`` is (reason, command), by default: install the wheel for this torch."""
-    reason, command = fix or (fix_reason(info, env), install_command(info, env))
+    reason, command = fix or install_fix(info, env)
     return error_class()(
         headline,
         built_for=describe_build(info),
@@ -321,9 +348,21 @@ _MISSING_LIB_RE = re.compile(r"([\w.+-]+\.so(?:\.[\w.]+)?): cannot open shared o
 _UNDEFINED_RE = re.compile(r"undefined symbol: (\S+)")
 
 
+def _chain(exc: BaseException) -> list[BaseException]:
+    """The exception and what caused it: torch.ops.load_library raises "Could not load this library" from the
+    loader's OSError, which holds the reason (an undefined symbol, a missing library)."""
+    chain: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and len(chain) < 8 and all(current is not seen for seen in chain):
+        chain.append(current)
+        current = current.__cause__ or current.__context__
+    return chain
+
+
 def explain_load_failure(exc: BaseException, info: Mapping[str, Any], env: Environment, library: str) -> list[str]:
-    """One or more plain sentences for an exception raised while loading ``library`` (``opkiln/_C``)."""
-    text = str(exc)
+    """One or more plain sentences for an exception raised while loading ``library`` (``opkiln/_C``), from the
+    exception and its causes."""
+    text = "\n".join(str(e) for e in _chain(exc))
     if isinstance(exc, (ModuleNotFoundError, FileNotFoundError)) or "no such library file" in text:
         found = [p.name for p in compiled_files(info) if p.name.split(".", 1)[0] == Path(library).name]
         if found:
@@ -337,17 +376,20 @@ def explain_load_failure(exc: BaseException, info: Mapping[str, Any], env: Envir
         owner = "CUDA" if any(k in lib for k in ("cuda", "cudart", "nvrtc", "cublas", "cudnn")) else "torch"
         return [f"the compiled library needs {lib}, which the installed torch does not provide ({owner} library "
                 "missing): it was built for another torch or CUDA variant"]
-    if _UNDEFINED_RE.search(text):
-        return ["the compiled library needs C++ symbols that the installed torch does not export: it was built "
-                "against a different torch (or C++ ABI)"]
+    undefined = _UNDEFINED_RE.search(text)
+    if undefined:
+        symbol = undefined.group(1)
+        shown = symbol if symbol.isprintable() and len(symbol) <= 200 else ascii(symbol[:200])
+        return [f"the compiled library needs C++ symbols that the installed torch does not export (undefined "
+                f"symbol: {shown}): it was built against a different torch (or C++ ABI)"]
     return [f"the compiled library failed to load ({type(exc).__name__}); the files may be damaged or built "
             "for another system"]
 
 
 def loader_error_text(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"
+    return "; caused by ".join(f"{type(e).__name__}: {e}" for e in _chain(exc))
 
 
 __all__ = ["INDEX_URL_ENV", "SKIP_ENV", "Environment", "GuardError", "check", "current_environment",
-           "environment_error", "error_class", "find_problems", "index_page_url", "install_command",
+           "environment_error", "error_class", "find_problems", "index_page_url", "install_command", "install_fix",
            "skip_requested"]
