@@ -4,7 +4,9 @@ The two builds differ in: absolute source and build directory (and the
 filesystem: ext4 vs tmpfs, so directory listing order differs too), the order
 in which source files were created, umask, locale, time zone and wall-clock
 time. Both use SOURCE_DATE_EPOCH from the commit and no compiler cache, and
-both wheels go through the same auditwheel repair as releases do.
+both wheels go through the same auditwheel repair as releases do. When dist/ holds
+the wheel of the same name (`kiln wheels` made it), both builds must also be that
+wheel, byte for byte.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import shutil
 import subprocess
 import tempfile
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -84,11 +87,16 @@ class ReproResult:
     builds: list[Build] = field(default_factory=list)
     differences: list[str] = field(default_factory=list)
     diffoscope: str | None = None
+    dist_wheel: Path | None = None
+    """The wheel of the same name that `kiln wheels` placed in dist/ (or dist/audit-failed/), when there is one."""
+    dist_sha256: str | None = None
+    dist_note: str = ""
+    """Why dist/'s wheel of that name was not compared (built from other sources)."""
 
     @property
     def identical(self) -> bool:
         a, b = self.builds
-        return a.digests() == b.digests()
+        return a.digests() == b.digests() and self.dist_sha256 in (None, a.repaired_sha256)
 
 
 def sha256(path: Path) -> str:
@@ -147,12 +155,38 @@ def diffoscope(a: Path, b: Path, max_lines: int = 120) -> str | None:
     return "\n".join(proc.stdout.splitlines()[:max_lines])
 
 
+def source_hash_of(wheel: Path) -> str | None:
+    """The source_hash of the wheel's <package>/_build_info.json (None without one)."""
+    import json
+
+    try:
+        with zipfile.ZipFile(wheel) as zf:
+            names = [n for n in zf.namelist() if n.count("/") == 1 and n.endswith("/_build_info.json")]
+            value = json.loads(zf.read(names[0])).get("source_hash") if len(names) == 1 else None
+    except (OSError, zipfile.BadZipFile, ValueError, KeyError):
+        return None
+    return value if isinstance(value, str) else None
+
+
+def dist_wheel(dist: Path, name: str) -> Path | None:
+    """dist/<name>, else dist/audit-failed/<name> (where `kiln wheels` keeps a wheel the audit refused)."""
+    for candidate in (dist / name, dist / "audit-failed" / name):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
 def run_repro(spec: BuildSpec, logs: Path, keep: Path | None = None,
-              project: KilnProject | None = None) -> ReproResult:
+              project: KilnProject | None = None, progress: Callable[[str], None] | None = None) -> ReproResult:
+    """Build ``spec`` twice (kiln_tool.repro's conditions) and compare the two wheels with each other and with
+    the wheel of the same name in the project's dist/, when `kiln wheels` left one there; ``progress`` is told
+    each step as it starts."""
+    say = progress or (lambda _message: None)
     project = project or current_project()
     logs.mkdir(parents=True, exist_ok=True)
     log = logs / f"repro-{spec.name}.log"
     log.write_text("")
+    say(f"build venv {spec.name}")
     python = ensure_build_env(spec, log, project)
     files = source_files(project.root)
     commit = git_commit(project.root)
@@ -166,12 +200,25 @@ def run_repro(spec: BuildSpec, logs: Path, keep: Path | None = None,
             copy_tree(files, condition.root, condition.reverse_copy, project.root)
         for condition in both:
             out = Path(ta if condition.name == "a" else tb) / "out"
+            say(f"build {condition.name} of 2 in {condition.root} (umask {condition.umask:03o}, "
+                f"TZ {condition.env['TZ']}, no compiler cache; log: {log})")
             try:
                 result.builds.append(build_once(spec, python, condition, out, log, commit, epoch))
             except PipelineError as exc:
                 raise PipelineError("repro", f"build {condition.name} failed: {exc}") from exc
+        a, b = result.builds
+        result.dist_wheel = dist_wheel(project.root / "dist", a.repaired.name)
+        if result.dist_wheel is not None and source_hash_of(result.dist_wheel) != source_hash_of(a.repaired):
+            result.dist_note = (f"{result.dist_wheel} was built from other sources (its build info's source_hash): "
+                                "not compared; kiln wheels rebuilds it")
+            result.dist_wheel = None
+        say(f"compare with each other and with {result.dist_wheel or 'dist/ (no wheel of these sources there)'}")
+        if result.dist_wheel is not None:
+            result.dist_sha256 = sha256(result.dist_wheel)
+            if result.dist_sha256 != a.repaired_sha256:
+                result.differences.append(f"{result.dist_wheel} (kiln wheels) differs from build a:")
+                result.differences += ["  " + line for line in explain_difference(result.dist_wheel, a.repaired)]
         if not result.identical:
-            a, b = result.builds
             for label, x, y in (("built", a.built, b.built), ("repaired", a.repaired, b.repaired)):
                 if sha256(x) != sha256(y):
                     result.differences.append(f"{label} wheels differ:")

@@ -1,10 +1,12 @@
-"""`kiln repro`: build twice under varied conditions; exit 1 unless the wheels are byte-identical."""
+"""`kiln repro`: build twice under varied conditions; exit 1 unless the wheels are byte-identical (to each other and
+to dist/'s wheel of the same name, when `kiln wheels` left one). Each step is reported on stderr as it starts."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 
 HELP = ("build a combination of the project twice (other path, umask, locale, TZ, listing order) and compare the "
@@ -33,8 +35,13 @@ def execute(args: argparse.Namespace) -> int:
     if not specs:
         print(f"kiln repro: no local combination with CUDA tag {args.variant!r}", file=sys.stderr)
         return 2
+    started = time.monotonic()
+
+    def progress(step: str) -> None:
+        print(f"kiln repro [{time.monotonic() - started:5.0f} s]: {step}", file=sys.stderr, flush=True)
+
     try:
-        result = run_repro(specs[0], project.root / "build" / "logs", args.keep, project)
+        result = run_repro(specs[0], project.root / "build" / "logs", args.keep, project, progress)
     except (PipelineError, BuildEnvError) as exc:
         print(f"kiln repro: {exc}", file=sys.stderr)
         return 2
@@ -43,6 +50,10 @@ def execute(args: argparse.Namespace) -> int:
         "identical": result.identical,
         "builds": [{"condition": b.condition, "wheel": b.repaired.name, "built_sha256": b.built_sha256,
                     "repaired_sha256": b.repaired_sha256} for b in result.builds],
+        "dist_wheel": None if result.dist_wheel is None else {
+            "path": str(result.dist_wheel), "sha256": result.dist_sha256,
+            "identical": result.dist_sha256 == result.builds[0].repaired_sha256},
+        "dist_note": result.dist_note,
         "differences": result.differences,
     }
     if args.json:
@@ -50,8 +61,14 @@ def execute(args: argparse.Namespace) -> int:
     else:
         for b in result.builds:
             print(f"{b.condition}: {b.repaired.name}  sha256 {b.repaired_sha256}")
+        if result.dist_note:
+            print(result.dist_note)
+        elif result.dist_wheel is None:
+            print(f"dist/ holds no {result.builds[0].repaired.name}: only the two builds were compared "
+                  "(after kiln wheels, they are compared with its wheel too)")
         if result.identical:
-            print(f"reproducible: both builds of {result.spec.name} are byte-identical")
+            also = f" and identical to {result.dist_wheel}" if result.dist_wheel is not None else ""
+            print(f"reproducible: both builds of {result.spec.name} are byte-identical{also}")
         else:
             print(f"NOT reproducible: {result.spec.name}")
             print("\n".join(result.differences))
