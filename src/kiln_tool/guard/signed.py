@@ -268,13 +268,23 @@ Fetch = Callable[[str, int], "bytes | None"]
 """(path relative to the index, byte limit) -> the bytes, or None for HTTP 404."""
 
 
-def _http(url: str, limit: int, timeout: float = 60.0, sink: Any = None) -> bytes | None:
+DEADLINE_S = 600.0  # one file, whole: a server dripping bytes is cut off, not waited for
+
+
+def get_url(url: str, limit: int, timeout: float = 60.0, sink: Any = None,
+          deadline_s: float | None = None) -> bytes | None:
+    """GET with a byte limit (Content-Length and every byte read), a deadline for the whole fetch, and at most
+    five redirects, each to http(s). None for HTTP 404; VerifyError naming the URL otherwise."""
+    import time
+
+    started = time.monotonic()
+    end = started + (DEADLINE_S if deadline_s is None else deadline_s)
     parts = urlsplit(url)
     for _redirect in range(6):
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise VerifyError(f"{url[:200]}: not an http(s) URL")
         conn_type = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
-        conn = conn_type(parts.hostname, parts.port, timeout=timeout)
+        conn = conn_type(parts.hostname, parts.port, timeout=max(0.1, min(timeout, end - time.monotonic())))
         target = parts.path or "/"
         if parts.query:
             target += "?" + parts.query
@@ -294,7 +304,9 @@ def _http(url: str, limit: int, timeout: float = 60.0, sink: Any = None) -> byte
                 raise TooLarge(f"{url[:200]}: {length} bytes, more than the {limit} this file may have")
             body = bytearray()
             read = 0
-            while chunk := answer.read(1 << 16):
+            while chunk := answer.read1(1 << 16):
+                if time.monotonic() > end:
+                    raise VerifyError(f"{url[:200]}: not served within {end - started:.0f} s (cut off)")
                 read += len(chunk)
                 if read > limit:
                     raise TooLarge(f"{url[:200]}: more than the {limit} bytes this file may have")
@@ -314,13 +326,13 @@ def _http(url: str, limit: int, timeout: float = 60.0, sink: Any = None) -> byte
 
 def http_fetcher(base_url: str) -> Fetch:
     base = base_url if base_url.endswith("/") else base_url + "/"
-    return lambda path, limit: _http(path if "://" in path else base + path, limit)
+    return lambda path, limit: get_url(path if "://" in path else base + path, limit)
 
 
 def dir_fetcher(root: Path) -> Fetch:
     def fetch(path: str, limit: int) -> bytes | None:
         if "://" in path:
-            return _http(path, limit)
+            return get_url(path, limit)
         target = root / path
         if not target.is_file():
             return None
@@ -339,7 +351,7 @@ def url_sha256(url: str, limit: int) -> tuple[str, int] | None:
         digest.update(chunk)
         size[0] += len(chunk)
 
-    return None if _http(url, limit, sink=sink) is None else (digest.hexdigest(), size[0])
+    return None if get_url(url, limit, sink=sink) is None else (digest.hexdigest(), size[0])
 
 
 # -- identities and signatures ---------------------------------------------------------------------------
@@ -590,6 +602,6 @@ def check_fresh(chain: Chain, key: str, state: Path | None) -> str | None:
 
 
 __all__ = ["Chain", "FileEntry", "GitHubIdentity", "Installed", "Release", "SshIdentity", "VerifyError",
-           "canonical", "check_fresh", "check_identity", "dir_fetcher", "http_fetcher", "installed_content",
+           "canonical", "check_fresh", "check_identity", "dir_fetcher", "get_url", "http_fetcher", "installed_content",
            "parse_release", "read_chain", "release_document", "release_name", "rolled_back_to", "url_sha256",
            "verify_signature", "wheel_content_digest"]
