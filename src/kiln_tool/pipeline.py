@@ -64,6 +64,11 @@ class BuildResult:
         return self.wheel is not None
 
 
+SOURCE_PATTERNS = ("*.c", "*.cc", "*.cpp", "*.cxx", "*.cu", "*.h", "*.hh", "*.hpp", "*.cuh")
+"""What a kiln build's wheel leaves out unless tool.kiln.ship-sources (gitignore syntax, as wheel.exclude reads
+it): the C, C++ and CUDA sources and headers a package folder may hold beside its Python files."""
+
+
 def build_environment(spec: BuildSpec, python: Path, project: KilnProject,
                       extra: dict[str, str] | None = None) -> dict[str, str]:
     """The environment of one build: the variant, the commit's time, kiln reachable by the build (its
@@ -107,7 +112,11 @@ def build_wheel(python: Path, spec: BuildSpec, out_dir: Path, log: Path, build_d
     cmd = [str(python), "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "--no-cache-dir", "-v",
            "-w", str(out_dir)]
     if project.build == "kiln":
-        cmd += ["-C", f"build-dir={build_dir}"]
+        # Kiln_DIR given, not left to the cache: a build folder configured by another kiln (another venv) would
+        # keep that kiln's CMake package, and with it that kiln's Python and torch.
+        cmd += ["-C", f"build-dir={build_dir}", "-C", f"cmake.define.Kiln_DIR={resources.cmake_dir()}"]
+        if not project.ship_sources:  # the project's own wheel.exclude kept: -C replaces the list
+            cmd += ["-C", "wheel.exclude=" + ";".join([*project.wheel_exclude, *SOURCE_PATTERNS])]
     cmd.append(str(project.root))
     with log.open("a") as fh:
         fh.write(f"$ {' '.join(cmd)}\n")

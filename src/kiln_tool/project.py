@@ -81,6 +81,10 @@ class KilnProject:
     index_url: str | None
     matrix_file: Path
     schema_sources: tuple[str, ...] = ()
+    ship_sources: bool = False
+    """A kiln build's wheel keeps the C/C++/CUDA sources its package folder holds (tool.kiln.ship-sources)."""
+    wheel_exclude: tuple[str, ...] = ()
+    """[tool.scikit-build] wheel.exclude: the project's own patterns, which kiln's source patterns extend."""
     install_samples: Path | None = None
     """A test file or folder whose INSTALL_SAMPLES are called after an install (kiln_tool.op_smoke)."""
     build_requires: tuple[str, ...] = ()
@@ -108,6 +112,8 @@ def _type_ok(value: Any, expected: str) -> bool:
         return isinstance(value, list)
     if expected == "object":
         return isinstance(value, dict)
+    if expected == "boolean":
+        return isinstance(value, bool)
     raise ValueError(f"schema type {expected!r} is not one this reader knows")
 
 
@@ -122,7 +128,7 @@ def _problem(where: str, value: Any, rule: dict[str, Any]) -> str | None:
         return f"{where} = {_shown(value)} is not one of {', '.join(json.dumps(v) for v in rule['enum'])}"
     expected = rule.get("type")
     if expected is not None and not _type_ok(value, expected):
-        kind = {"string": "a string", "array": "a list", "object": "a table"}[expected]
+        kind = {"string": "a string", "array": "a list", "object": "a table", "boolean": "true or false"}[expected]
         return f"{where} = {_shown(value)} is not {kind}"
     if isinstance(value, str):
         if "maxLength" in rule and len(value) > rule["maxLength"]:
@@ -217,6 +223,16 @@ def _version_from_file(root: Path, relative: str) -> str:
     return text
 
 
+def _wheel_exclude(tool: dict[str, Any], root: Path) -> tuple[str, ...]:
+    skbuild = tool.get("scikit-build")
+    wheel = skbuild.get("wheel") if isinstance(skbuild, dict) else None
+    patterns = wheel.get("exclude", []) if isinstance(wheel, dict) else []
+    if not isinstance(patterns, list) or not all(isinstance(p, str) and ";" not in p for p in patterns):
+        raise ProjectError([f"{root / PYPROJECT}: [tool.scikit-build] wheel.exclude is not a list of patterns "
+                            "without ';'"])
+    return tuple(patterns)
+
+
 def load_project(root: Path) -> KilnProject:
     """The project in ``root``: its pyproject.toml's [project] name and [tool.kiln] table (ProjectError, one
     line per problem, when either is missing or wrong)."""
@@ -268,7 +284,8 @@ def load_project(root: Path) -> KilnProject:
         root=root, name=canonical, package=package, namespace=namespace, build=build,
         libraries=table.get("libraries", "python-module"), abi_modes=tuple(table.get("abi", ["torch"])),
         version=version, index_url=table.get("index-url"), matrix_file=matrix_file,
-        schema_sources=tuple(table.get("schema-sources", ())), install_samples=samples_path,
+        schema_sources=tuple(table.get("schema-sources", ())), ship_sources=table.get("ship-sources", False),
+        wheel_exclude=_wheel_exclude(tool, root), install_samples=samples_path,
         build_requires=tuple(requires))
 
 

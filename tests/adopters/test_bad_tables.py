@@ -35,7 +35,7 @@ VERSION = re.compile(r"[0-9]+(\.[0-9]+){0,4}((a|b|rc)[0-9]+)?(\.post[0-9]+)?(\.d
 URL = re.compile(r"https?://[^\s\"'<>\\]{1,300}")
 RELATIVE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_./-]{0,199}")
 KNOWN = ("package", "namespace", "build", "libraries", "abi", "version", "version-file", "index-url", "matrix",
-         "schema-sources", "install-samples")
+         "schema-sources", "install-samples", "ship-sources")
 
 # TOML basic strings: any character but surrogates and control characters (json.dumps escapes " and \).
 _text = st.text(st.characters(codec="utf-8", exclude_categories=("Cs", "Cc")), max_size=70)
@@ -83,6 +83,8 @@ BAD_VALUES: dict[str, st.SearchStrategy[Any]] = {
     "matrix": st.one_of(_bad_string(RELATIVE), _outside, _missing, _not_a_string),
     # Only where it is used must it exist (kiln_tool.op_smoke): a missing file is no table error.
     "install-samples": st.one_of(_bad_string(RELATIVE), _outside, _not_a_string),
+    "ship-sources": st.one_of(st.sampled_from(["true", "false", "yes", ""]), st.integers(0, 1), st.just([True]),
+                              _text),
     "schema-sources": st.one_of(
         st.lists(st.sampled_from(["/abs/*.cpp", "../*.cpp", " csrc/*.cpp", "csrc/\"x\".cpp"]), min_size=1,
                  max_size=2, unique=True),
@@ -183,6 +185,7 @@ def test_a_bad_table_gets_one_line_naming_the_key_and_exit_2(kiln_tool: KilnTool
     ("version", "0.3.0+cpu"),
     ("matrix", "../matrix.json"),
     ("pakage", "ringops"),
+    ("ship-sources", "yes"),
 ])
 def test_each_kind_of_mistake(kiln_tool: KilnTool, copies: dict[str, Path], key: str, value: Any) -> None:
     table = {**own_table("ringops"), key: value}
