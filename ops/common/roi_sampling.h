@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "common/bilinear.h"
 #include "common/host_device.h"
 #include "common/roi.h"
 
@@ -86,15 +87,11 @@ OPKILN_HD Acc sample_x(const Roi<Acc>& roi, std::int64_t pw, std::int64_t ix) {
   return roi.x0 + static_cast<Acc>(pw) * roi.bin_w + (static_cast<Acc>(ix) + Acc(0.5)) * roi.step_w;
 }
 
-// Four plane offsets and weights of one bilinear sample; valid = false: it reads nothing.
+// One bilinear sample: its taps and weights, read and scattered by common/bilinear.h.
 template <typename Acc>
-struct Sample {
-  bool valid = false;
-  std::int64_t o1 = 0, o2 = 0, o3 = 0, o4 = 0;
-  Acc w1 = 0, w2 = 0, w3 = 0, w4 = 0;
-};
+using Sample = bilinear::Sample<Acc>;
 
-// torchvision's boundary rules: a sample beyond one pixel outside the plane (or NaN)
+// torchvision's RoI boundary rules (the clamped rule of common/bilinear.h): a sample beyond one pixel outside the plane (or NaN)
 // reads nothing; a negative coordinate is clamped to 0; at the last row or column both
 // taps of that axis are the edge pixel.
 template <typename Acc>
@@ -115,19 +112,12 @@ OPKILN_HD Sample<Acc> bilinear(std::int64_t height, std::int64_t width, Acc y, A
     x_lo = x_hi = width - 1;
     x = static_cast<Acc>(x_lo);
   }
-  const Acc ly = y - static_cast<Acc>(y_lo);
-  const Acc lx = x - static_cast<Acc>(x_lo);
-  const Acc hy = Acc(1) - ly;
-  const Acc hx = Acc(1) - lx;
   s.valid = true;
   s.o1 = y_lo * width + x_lo;
   s.o2 = y_lo * width + x_hi;
   s.o3 = y_hi * width + x_lo;
   s.o4 = y_hi * width + x_hi;
-  s.w1 = hy * hx;
-  s.w2 = hy * lx;
-  s.w3 = ly * hx;
-  s.w4 = ly * lx;
+  bilinear::set_weights(s, y - static_cast<Acc>(y_lo), x - static_cast<Acc>(x_lo));
   return s;
 }
 

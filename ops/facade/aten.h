@@ -8,6 +8,7 @@
 #include <ATen/core/stack.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
+#include <ATen/ops/matmul.h>
 #include <ATen/ops/zeros.h>
 #include <c10/util/Exception.h>
 #include <torch/library.h>
@@ -54,6 +55,12 @@ inline Tensor empty_contiguous_like(const Tensor& t) { return at::empty_like(t, 
 inline Tensor narrowed_copy(const Tensor& t, std::int64_t dim, std::int64_t start, std::int64_t length) {
   return t.narrow(dim, start, length).clone();
 }
+
+// Linear algebra through torch (deform_conv2d's products): a view of t in `sizes` (a copy where
+// no view exists), a view with dims d0 and d1 swapped, and torch.matmul (batched, broadcast).
+inline Tensor reshaped(const Tensor& t, const std::vector<std::int64_t>& sizes) { return t.reshape(sizes); }
+inline Tensor transposed(const Tensor& t, std::int64_t d0, std::int64_t d1) { return t.transpose(d0, d1); }
+inline Tensor matrix_product(const Tensor& a, const Tensor& b) { return at::matmul(a, b); }
 
 // Element [row, col] of a 2-D tensor, as a double on the host (for error
 // messages; synchronises with a CUDA tensor's stream).

@@ -85,6 +85,14 @@ inline Tensor empty_contiguous_like(const Tensor& t) {
                               torch::headeronly::MemoryFormat::Contiguous);
 }
 // t[start:start + length] along dim, as a tensor of its own.
+// Linear algebra through torch (see facade/aten.h).
+inline Tensor reshaped(const Tensor& t, const std::vector<std::int64_t>& sizes) {
+  return torch::stable::reshape(t, sizes);
+}
+inline Tensor transposed(const Tensor& t, std::int64_t d0, std::int64_t d1) {
+  return torch::stable::transpose(t, d0, d1);
+}
+inline Tensor matrix_product(const Tensor& a, const Tensor& b) { return torch::stable::matmul(a, b); }
 inline Tensor narrowed_copy(const Tensor& t, std::int64_t dim, std::int64_t start, std::int64_t length) {
   Tensor self = t;  // torch::stable::narrow takes a Tensor& (a new reference to the same tensor)
   return torch::stable::clone(torch::stable::narrow(self, dim, start, length));

@@ -75,7 +75,7 @@ struct PsRoiAlign {
                                Load load) {
     Acc sum = 0;
     for_each_sample(r, ph, pw, g, [&](const roi_sampling::Sample<Acc>& s) {
-      sum += s.w1 * load(s.o1) + s.w2 * load(s.o2) + s.w3 * load(s.o3) + s.w4 * load(s.o4);
+      sum += bilinear::value(s, load);
     });
     return sum / r.count;
   }
@@ -88,7 +88,7 @@ struct PsRoiAlign {
     std::array<Acc, G> sum{};
     for_each_sample(r, ph, pw, g, [&](const roi_sampling::Sample<Acc>& s) {
       for (int i = 0; i < G; ++i) {
-        sum[i] += s.w1 * load(i, s.o1) + s.w2 * load(i, s.o2) + s.w3 * load(i, s.o3) + s.w4 * load(i, s.o4);
+        sum[i] += bilinear::value(s, [&](std::int64_t o) { return load(i, o); });
       }
     });
     for (auto& v : sum) v = v / r.count;

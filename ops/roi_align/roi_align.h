@@ -75,7 +75,7 @@ struct RoiAlign {
 
   template <typename Acc, typename Load>
   OPKILN_HD static void fold(State<Acc>& sum, const Tap<Acc>& s, Load&& load) {
-    sum += s.w1 * load(s.o1) + s.w2 * load(s.o2) + s.w3 * load(s.o3) + s.w4 * load(s.o4);
+    sum += bilinear::value(s, load);
   }
 
   template <typename Acc>
@@ -88,10 +88,7 @@ struct RoiAlign {
 
   template <typename Acc, typename Add>
   OPKILN_HD static void scatter(const Tap<Acc>& s, Acc grad, Add&& add) {
-    add(s.o1, grad * s.w1);
-    add(s.o2, grad * s.w2);
-    add(s.o3, grad * s.w3);
-    add(s.o4, grad * s.w4);
+    bilinear::scatter(s, grad, add);
   }
 };
 

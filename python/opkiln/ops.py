@@ -34,16 +34,18 @@ what still differs. Errors have the same type and message in both ABI modes: Run
 dtypes, devices), ValueError (a bad value), NotImplementedError (quantized).
 """
 
+import math
 from collections.abc import Callable
-from typing import Any, TypeVar, Union, cast
+from typing import Any, Optional, TypeVar, Union, cast
 
 import torch
 import torch.fx
 from torch import Tensor, nn
 from torch.jit.annotations import BroadcastingList2
+from torch.nn.modules.utils import _pair as _conv_pair
 
-__all__ = ["PSRoIAlign", "PSRoIPool", "RoIAlign", "RoIPool", "batched_nms", "nms", "ps_roi_align", "ps_roi_pool",
-           "rms_norm", "roi_align", "roi_pool", "weighted_sum"]
+__all__ = ["DeformConv2d", "PSRoIAlign", "PSRoIPool", "RoIAlign", "RoIPool", "batched_nms", "deform_conv2d", "nms",
+           "ps_roi_align", "ps_roi_pool", "rms_norm", "roi_align", "roi_pool", "weighted_sum"]
 
 _FLOAT_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 
@@ -719,3 +721,177 @@ def _register_position_sensitive(name: str) -> None:
 
 _register_position_sensitive("ps_roi_align")
 _register_position_sensitive("ps_roi_pool")
+
+
+# ---------------------------------------------------------------------------- deform_conv2d
+# torchvision's deformable convolution (ops/deform_conv2d/deform_conv2d.h). The op's schema is
+# torchvision's: (input, weight, offset, mask, bias, stride_h, stride_w, pad_h, pad_w, dilation_h,
+# dilation_w, groups, offset_groups, use_mask); its backward returns the five gradients at once.
+
+
+@torch.fx.wrap
+def deform_conv2d(input: Tensor, offset: Tensor, weight: Tensor,
+                  bias: Optional[Tensor] = None,  # noqa: UP045 (torchvision's annotation)
+                  stride: tuple[int, int] = (1, 1), padding: tuple[int, int] = (0, 0),
+                  dilation: tuple[int, int] = (1, 1),
+                  mask: Optional[Tensor] = None) -> Tensor:  # noqa: UP045
+    """Deformable convolution: ``torchvision.ops.deform_conv2d(input, offset, weight, bias, stride, padding,
+    dilation, mask)`` (DCN v2 with ``mask``, DCN v1 without).
+
+    ``input`` is ``[N, C, H, W]``, ``weight`` ``[C_out, C / groups, KH, KW]`` (groups = C / weight.shape[1]),
+    ``offset`` ``[N, 2 * offset_groups * KH * KW, OH, OW]`` (offset_groups from its shape), ``mask``
+    ``[N, offset_groups * KH * KW, OH, OW]`` or None, ``bias`` ``[C_out]`` or None; stride, padding and
+    dilation are ints or pairs. Tap (i, j) of output (oh, ow) samples input bilinearly (zero outside) at
+    ``(oh * stride_h - pad_h + i * dilation_h + dy, ow * stride_w - pad_w + j * dilation_w + dx)``,
+    (dy, dx) its offset pair, times its mask. Returns ``[N, C_out, OH, OW]``. float32, float64, float16
+    or bfloat16, all on one device; any strides. Differentiable in input, offset, mask, weight and bias.
+    Under ``torch.autocast`` (CPU or CUDA) it runs in float32 and the result takes ``input``'s dtype,
+    as torchvision's does. Errors: RuntimeError for shapes (torchvision's messages), dtypes and devices.
+    """
+    out_channels = weight.shape[0]
+    use_mask = mask is not None
+    if mask is None:
+        mask = torch.zeros((input.shape[0], 0), device=input.device, dtype=input.dtype)
+    if bias is None:
+        bias = torch.zeros(out_channels, device=input.device, dtype=input.dtype)
+    stride_h, stride_w = _conv_pair(stride)
+    pad_h, pad_w = _conv_pair(padding)
+    dil_h, dil_w = _conv_pair(dilation)
+    weights_h, weights_w = weight.shape[-2:]
+    _, n_in_channels, _, _ = input.shape
+    n_offset_grps = offset.shape[1] // (2 * weights_h * weights_w)
+    n_weight_grps = n_in_channels // weight.shape[1]
+    if n_offset_grps == 0:
+        raise RuntimeError(
+            "the shape of the offset tensor at dimension 1 is not valid. It should "
+            "be a multiple of 2 * weight.size[2] * weight.size[3].\n"
+            f"Got offset.shape[1]={offset.shape[1]}, while 2 * weight.size[2] * weight.size[3]="
+            f"{2 * weights_h * weights_w}")
+    out: Tensor = torch.ops.opkiln.deform_conv2d(input, weight, offset, mask, bias, stride_h, stride_w, pad_h, pad_w,
+                                                 dil_h, dil_w, n_weight_grps, n_offset_grps, use_mask)
+    return out
+
+
+class DeformConv2d(nn.Module):
+    """``torchvision.ops.DeformConv2d``: a convolution layer whose forward is :func:`deform_conv2d`."""
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int, stride: int = 1, padding: int = 0,
+                 dilation: int = 1, groups: int = 1, bias: bool = True):
+        super().__init__()
+        if in_channels % groups != 0:
+            raise ValueError("in_channels must be divisible by groups")
+        if out_channels % groups != 0:
+            raise ValueError("out_channels must be divisible by groups")
+        self.in_channels = in_channels
+        self.out_channels = out_channels
+        self.kernel_size = _conv_pair(kernel_size)
+        self.stride = _conv_pair(stride)
+        self.padding = _conv_pair(padding)
+        self.dilation = _conv_pair(dilation)
+        self.groups = groups
+        self.weight = nn.Parameter(torch.empty(out_channels, in_channels // groups, self.kernel_size[0],
+                                               self.kernel_size[1]))
+        self.bias: Optional[nn.Parameter]  # noqa: UP045
+        if bias:
+            self.bias = nn.Parameter(torch.empty(out_channels))
+        else:
+            self.register_parameter("bias", None)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        nn.init.kaiming_uniform_(self.weight, a=math.sqrt(5))
+        if self.bias is not None:
+            fan_in, _ = nn.init._calculate_fan_in_and_fan_out(self.weight)
+            bound = 1 / math.sqrt(fan_in)
+            nn.init.uniform_(self.bias, -bound, bound)
+
+    def forward(self, input: Tensor, offset: Tensor, mask: Optional[Tensor] = None) -> Tensor:  # noqa: UP045
+        return deform_conv2d(input, offset, self.weight, self.bias, stride=self.stride, padding=self.padding,
+                             dilation=self.dilation, mask=mask)
+
+    def __repr__(self) -> str:
+        s = (f"{self.__class__.__name__}({self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
+             f"stride={self.stride}")
+        s += f", padding={self.padding}" if self.padding != (0, 0) else ""
+        s += f", dilation={self.dilation}" if self.dilation != (1, 1) else ""
+        s += f", groups={self.groups}" if self.groups != 1 else ""
+        s += ", bias=False" if self.bias is None else ""
+        return s + ")"
+
+
+def _deform_conv2d_shape(input: Tensor, weight: Tensor, offset: Tensor, mask: Tensor, bias: Tensor,
+                         params: tuple[int, ...], use_mask: bool, op: str) -> tuple[int, int, int, int]:
+    """The fake impls' version of the binding's checks: the output's shape [N, C_out, OH, OW]."""
+    stride_h, stride_w, pad_h, pad_w, dil_h, dil_w, groups, offset_groups = params
+    def differs(name: str, mine: object, theirs: object) -> Callable[[], str]:
+        return lambda: f"opkiln::{op}: input is {mine} but {name} is {theirs}"
+
+    for name, t in (("weight", weight), ("offset", offset), ("mask", mask), ("bias", bias)):
+        _check(t.dtype == input.dtype, differs(name, input.dtype, t.dtype))
+        _check(t.device == input.device, differs(name, f"on {input.device}", f"on {t.device}"))
+    _check(input.dtype in _FLOAT_DTYPES, lambda: f"opkiln::{op}: input must be a floating dtype, got {input.dtype}")
+    _check(input.dim() == 4 and weight.dim() == 4 and offset.dim() == 4 and (not use_mask or mask.dim() == 4),
+           lambda: f"opkiln::{op}: input, weight, offset (and mask) must have 4 dimensions")
+    kh, kw = weight.shape[2], weight.shape[3]
+    _check(kh > 0 and kw > 0 and stride_h > 0 and stride_w > 0 and pad_h >= 0 and pad_w >= 0 and dil_h > 0
+           and dil_w > 0 and groups > 0 and offset_groups > 0,
+           lambda: f"opkiln::{op}: kernel, strides, dilations and groups must be positive, padding >= 0")
+    _check(weight.shape[1] * groups == input.shape[1] and weight.shape[0] % groups == 0,
+           lambda: f"opkiln::{op}: weight's shape {tuple(weight.shape)} does not fit groups={groups}")
+    _check(offset.shape[1] == offset_groups * 2 * kh * kw, lambda: f"opkiln::{op}: offset.shape[1] is not valid")
+    _check(not use_mask or mask.shape[1] == offset_groups * kh * kw,
+           lambda: f"opkiln::{op}: mask.shape[1] is not valid")
+    _check(input.shape[1] % offset_groups == 0 and offset.shape[0] == input.shape[0]
+           and (not use_mask or mask.shape[0] == input.shape[0]),
+           lambda: f"opkiln::{op}: offset groups or batch sizes do not fit the input")
+    _check(bias.dim() == 1 and bias.shape[0] == weight.shape[0], lambda: f"opkiln::{op}: bias must have shape [C_out]")
+    out_h = (input.shape[2] + 2 * pad_h - (dil_h * (kh - 1) + 1)) // stride_h + 1
+    out_w = (input.shape[3] + 2 * pad_w - (dil_w * (kw - 1) + 1)) // stride_w + 1
+    _check(offset.shape[2] == out_h and offset.shape[3] == out_w
+           and (not use_mask or (mask.shape[2] == out_h and mask.shape[3] == out_w)),
+           lambda: f"opkiln::{op}: offset (and mask) output dims differ from ({out_h}, {out_w})")
+    _check(out_h > 0 and out_w > 0, lambda: f"opkiln::{op}: Calculated output size too small")
+    return input.shape[0], weight.shape[0], out_h, out_w
+
+
+@_register_fake("opkiln::deform_conv2d")
+def _deform_conv2d_fake(input: Tensor, weight: Tensor, offset: Tensor, mask: Tensor, bias: Tensor, *params: Any
+                        ) -> Tensor:
+    use_mask = params[-1]
+    return input.new_empty(_deform_conv2d_shape(input, weight, offset, mask, bias, params[:-1], use_mask,
+                                                "deform_conv2d"))
+
+
+@_register_fake("opkiln::_deform_conv2d_backward")
+def _deform_conv2d_backward_fake(grad: Tensor, input: Tensor, weight: Tensor, offset: Tensor, mask: Tensor,
+                                 bias: Tensor, *params: Any) -> tuple[Tensor, ...]:
+    shape = _deform_conv2d_shape(input, weight, offset, mask, bias, params[:-1], params[-1], "_deform_conv2d_backward")
+    _check(tuple(grad.shape) == shape and grad.dtype == input.dtype,
+           lambda: f"opkiln::_deform_conv2d_backward: grad must have shape {shape} and input's dtype")
+    return (input.new_empty(input.shape), input.new_empty(weight.shape), input.new_empty(offset.shape),
+            input.new_empty(mask.shape), input.new_empty(bias.shape))
+
+
+def _deform_conv2d_setup(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
+    ctx.save_for_backward(*inputs[:5])
+    ctx.params = inputs[5:]
+
+
+def _deform_conv2d_backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
+    input, weight, offset, mask, bias = ctx.saved_tensors
+    grads = torch.ops.opkiln._deform_conv2d_backward.default(grad, input, weight, offset, mask, bias, *ctx.params)
+    grad_input, grad_weight, grad_offset, grad_mask, grad_bias = grads
+    wanted = ctx.needs_input_grad
+    return (grad_input if wanted[0] else None, grad_weight if wanted[1] else None,
+            grad_offset if wanted[2] else None, grad_mask if wanted[3] else None, grad_bias if wanted[4] else None,
+            *([None] * len(ctx.params)))
+
+
+def _deform_conv2d_double_backward(ctx: Any, *grads: Tensor) -> tuple[None, ...]:
+    raise RuntimeError("opkiln.deform_conv2d: double backward (a gradient of the gradient) is not supported")
+
+
+torch.library.register_autograd("opkiln::deform_conv2d", _deform_conv2d_backward, setup_context=_deform_conv2d_setup)
+torch.library.register_autograd("opkiln::_deform_conv2d_backward", _deform_conv2d_double_backward,
+                                setup_context=_no_setup)
+_register_autocast_cast_back("deform_conv2d")
