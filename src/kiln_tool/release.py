@@ -221,10 +221,13 @@ def _sign(site: Path, snapshot: Path, signer: Signer, chain: PublishedChain, sto
 
 def run_release(dist: Path, site: Path, base_url: str, published_url: str | None, *, first_release: bool,
                 say: Say = print, storage_config: Path | None = None, repository: str | None = None,
-                tag: str | None = None, gh: GhCli | None = None, signer: Signer | None = None) -> ReleaseResult:
+                tag: str | None = None, gh: GhCli | None = None, signer: Signer | None = None,
+                allow_dirty: bool = False) -> ReleaseResult:
     """``storage_config``: data/storage.json when None (this repository: the release's assets); ``gh``: how
     gh is run (default: `gh` on PATH); ``signer``: signs the release manifest (kiln_tool.signing; None: an
-    unsigned release, refused onto an index whose releases are signed)."""
+    unsigned release, refused onto an index whose releases are signed); ``allow_dirty``: wheels whose build info
+    says their tree had uncommitted changes are let through with a line said (`kiln release-rehearsal` only, which
+    publishes nowhere; a release refuses them)."""
     from .index.storage import load_config
 
     if published_url is None and not first_release:
@@ -250,6 +253,11 @@ def run_release(dist: Path, site: Path, base_url: str, published_url: str | None
     with tempfile.TemporaryDirectory(prefix="kiln-release-dist-") as tmp:
         snapshot = Path(tmp)
         hashes = snapshot_dist(dist, snapshot)
+        if not allow_dirty:
+            _refuse_dirty(sorted(snapshot.iterdir()))
+        elif dirty := [w.name for w in sorted(snapshot.iterdir()) if _dirty_commit(w) is not None]:
+            say(f"release: {len(dirty)} wheel(s) built from an uncommitted tree, let through for a rehearsal only: "
+                f"{', '.join(dirty)}")
         return _release(snapshot, hashes, dist, site, base_url, published_url, first_release=first_release, say=say,
                         config=config, repository=repository, tag=tag, gh=gh, signer=signer)
 
@@ -262,7 +270,6 @@ def _release(snapshot: Path, hashes: dict[str, str], dist: Path, site: Path, bas
     from .index.storage import open_storage
 
     wheels = sorted(snapshot.iterdir())
-    _refuse_dirty(wheels)
     try:
         storage = open_storage(config, repository=repository, tag=tag, gh=gh)
     except KilnIndexError as exc:

@@ -107,7 +107,8 @@ def build_once(spec: BuildSpec, python: Path, condition: Condition, out: Path, l
                epoch: str) -> Build:
     old_umask = os.umask(condition.umask)
     try:
-        env = {**condition.env, "KILN_CCACHE": "0", "KILN_GIT_COMMIT": commit,
+        # The rebuild's tree is the commit alone: its build info says so (git_dirty false), as a clean build's does.
+        env = {**condition.env, "KILN_CCACHE": "0", "KILN_GIT_COMMIT": commit, "KILN_GIT_DIRTY": "0",
                "SOURCE_DATE_EPOCH": epoch}
         built = build_wheel(python, spec, out / "built", log, condition.root / "build", env, source=condition.root)
         repaired = repair_wheel(built, out / "repaired", epoch)

@@ -125,3 +125,17 @@ def test_kiln_release_refuses_a_wheel_of_a_dirty_tree_before_anything_else(tmp_p
     else:
         # Not refused for its tree: the release goes on and these bare zips fail a later step.
         assert raised.value.step != "dirty", raised.value
+
+
+def test_a_rehearsal_lets_a_dirty_wheel_through_and_says_so(tmp_path: Path) -> None:
+    """`kiln release-rehearsal` rehearses from a working tree and publishes nowhere: it passes allow_dirty."""
+    storage = tmp_path / "storage.json"
+    storage.write_text('{"backend": "site", "metadata": true}\n')
+    wheel = _wheel(tmp_path / "dist", "ringops", {"schema": 1, "package": "ringops", "git_dirty": True})
+    said: list[str] = []
+    with pytest.raises(ReleaseError) as raised:
+        run_release(tmp_path / "dist", tmp_path / "site", "https://wheels.example.org/", None, first_release=True,
+                    say=said.append, storage_config=storage, allow_dirty=True)
+    assert raised.value.step != "dirty", raised.value
+    assert said[0] == ("release: 1 wheel(s) built from an uncommitted tree, let through for a rehearsal only: "
+                       f"{wheel.name}")

@@ -340,7 +340,8 @@ def rehearse(engine: Engine, base: Base, wheels: Path, rebuilt: Path, work: Path
         started = time.monotonic()
         try:
             first = run_release(wheels, work / "site-1", url, url, first_release=True, say=say,
-                                repository=repository, tag="v0.0.0-rehearsal.1", gh=gh, storage_config=storage)
+                                repository=repository, tag="v0.0.0-rehearsal.1", gh=gh, storage_config=storage,
+                                allow_dirty=True)
         except ReleaseError as exc:
             raise ContainerError(f"the release path failed at {exc}") from None
         if (work / "site-1" / "wheels").exists() or len(first.uploaded) != len(first.added):
@@ -362,7 +363,7 @@ def rehearse(engine: Engine, base: Base, wheels: Path, rebuilt: Path, work: Path
         before = tree_digest(published) | tree_digest(assets)
         try:
             run_release(rebuilt, work / "site-2", url, url, first_release=False, say=say, repository=repository,
-                        tag="v0.0.0-rehearsal.2", gh=gh, storage_config=storage)
+                        tag="v0.0.0-rehearsal.2", gh=gh, storage_config=storage, allow_dirty=True)
         except ReleaseError as exc:
             if exc.exit_code != 1 or exc.step != "index":
                 raise ContainerError(f"the rebuilt wheel was refused for the wrong reason: {exc}") from None
