@@ -134,3 +134,39 @@ def test_a_chain_walk_checks_every_link(tmp_path: Path) -> None:
     (tmp_path / "kiln-release.json").write_bytes(one)
     with pytest.raises(VerifyError, match="not the bytes of"):
         read_chain(dir_fetcher(tmp_path), None, "opkiln")
+
+
+_MEMBER = st.lists(st.text(alphabet="abcdefghij_", min_size=1, max_size=6), min_size=1, max_size=3).map(
+    lambda parts: "opkiln/" + "/".join(parts) + ".py")
+
+
+@settings(max_examples=12, deadline=None)
+@given(st.dictionaries(_MEMBER, st.binary(max_size=64), max_size=5), st.booleans())
+def test_what_a_wheel_installs_has_the_wheels_content_digest(members: dict[str, bytes], change: bool) -> None:
+    """The digest kiln signs for a wheel (wheel_content_digest) is what doctor --verify computes from the files
+    an installer wrote (installed_content, here after uv's install with its own INSTALLER, REQUESTED, RECORD):
+    equal for an untouched install, different, with the file named, once a byte changes."""
+    import shutil as _shutil
+    import sys
+
+    from index.synthetic_wheels import make_wheel
+    from kiln_tool.guard.signed import installed_content, wheel_content_digest
+
+    uv = Path(sys.executable).parent / "uv"
+    with tempfile.TemporaryDirectory() as tmp:
+        wheel = make_wheel(Path(tmp, "dist"), extra_files=members)
+        target = Path(tmp, "site")
+        done = subprocess.run([str(uv), "pip", "install", "--quiet", "--no-deps", "--no-cache", "--offline",
+                               "--python", sys.executable, "--target", str(target), str(wheel)],
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        installed = installed_content("opkiln", [str(target)])
+        assert installed.changed == ()
+        assert installed.content == wheel_content_digest(wheel)
+        if change:
+            victim = sorted(target.glob("opkiln/**/*.py"))[0]
+            victim.write_bytes(victim.read_bytes() + b"#")
+            again = installed_content("opkiln", [str(target)])
+            assert again.content != wheel_content_digest(wheel)
+            assert again.changed == (victim.relative_to(target).as_posix(),)
+        _shutil.rmtree(target)

@@ -52,8 +52,7 @@ _PATH = re.compile(r"(?:https?://[!-~]+|[A-Za-z0-9._+~%!-][A-Za-z0-9._+~%!/-]*)"
 _PROJECT = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?")
 _REPOSITORY = re.compile(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+")
 _PRINCIPAL = re.compile(r"[A-Za-z0-9@._+-]+")
-_RECORD_NAMES = ("RECORD", "RECORD.jws", "RECORD.p7s")
-_INSTALLER_FILES = ("INSTALLER", "REQUESTED", "direct_url.json", *_RECORD_NAMES)
+_DIST_INFO_FILES = ("METADATA", "WHEEL", "entry_points.txt", "top_level.txt")
 
 
 class VerifyError(Exception):
@@ -187,10 +186,17 @@ def _content_digest(pairs: Iterable[tuple[str, str]]) -> str:
     return hashlib.sha256(listing.encode("utf-8")).hexdigest()
 
 
+def _signed_dist_info(rest: str) -> bool:
+    """Which files of a .dist-info folder the content digest covers: what a wheel brings (METADATA, WHEEL, entry
+    points, licenses, SBOMs), never what an installer writes there (INSTALLER, REQUESTED, direct_url.json, RECORD,
+    a tool's own such as uv_cache.json), on both sides alike."""
+    return rest in _DIST_INFO_FILES or rest.startswith(("licenses/", "sboms/"))
+
+
 def _installed_path(member: str) -> str | None:
     """Where a wheel member lands relative to site-packages; None for RECORD and what lands elsewhere."""
     head, _, rest = member.partition("/")
-    if head.endswith(".dist-info") and rest in _RECORD_NAMES:
+    if head.endswith(".dist-info") and not _signed_dist_info(rest):
         return None
     if head.endswith(".data"):
         sub, _, inner = rest.partition("/")
@@ -225,16 +231,18 @@ class Installed:
     changed: tuple[str, ...]  # files whose bytes differ from the installed RECORD
 
 
-def installed_content(distribution: str) -> Installed:
+def installed_content(distribution: str, path: list[str] | None = None) -> Installed:
     """The content digest of an installed distribution, from the bytes on disk of every file its RECORD lists
-    (what the installer adds: bytecode, INSTALLER, REQUESTED, direct_url.json, RECORD; files outside
-    site-packages such as scripts, are left out as the wheel side leaves them out)."""
+    (what the installer adds is left out: bytecode and its own .dist-info files; so are files outside
+    site-packages such as scripts, as the wheel side leaves them out). ``path``: where to look (default
+    sys.path)."""
     import base64
     from importlib import metadata
 
+    found = list(metadata.distributions(name=distribution, path=path)) if path is not None else None
     try:
-        dist = metadata.distribution(distribution)
-    except metadata.PackageNotFoundError:
+        dist = metadata.distribution(distribution) if found is None else found[0]
+    except (metadata.PackageNotFoundError, IndexError):
         raise VerifyError(f"{distribution}: not installed in this environment") from None
     files = dist.files
     if files is None:
@@ -245,11 +253,11 @@ def installed_content(distribution: str) -> Installed:
         posix = entry.as_posix()
         head, _, rest = posix.partition("/")
         if posix.startswith(("../", "/")) or posix.endswith(".pyc") or \
-                (head.endswith(".dist-info") and rest in _INSTALLER_FILES):
+                (head.endswith(".dist-info") and not _signed_dist_info(rest)):
             continue
-        path = Path(str(entry.locate()))
+        on_disk = Path(str(entry.locate()))
         try:
-            data = path.read_bytes()
+            data = on_disk.read_bytes()
         except OSError as exc:
             raise VerifyError(f"{posix}: listed in {distribution}'s RECORD, unreadable ({exc.strerror})") from None
         sha256 = hashlib.sha256(data).hexdigest()
