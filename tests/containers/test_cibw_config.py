@@ -83,6 +83,18 @@ def test_the_generated_table_holds_and_reads_back_as_generated(projects: dict[st
     labelled = "kiln -C {project} label {wheel}" in table["repair-wheel-command"]
     assert labelled == (build == "backend")
     assert ("environment" in table) == (build == "kiln")  # CMake's compiler launchers: kiln's build only
+    if build == "kiln":  # no C/C++/CUDA sources in the wheel (tool.kiln.ship-sources), as kiln wheels builds it
+        assert table["environment"]["SKBUILD_WHEEL_EXCLUDE"].split(";")[:2] == ["*.c", "*.cc"]
+
+
+def test_the_generated_table_keeps_the_projects_own_excludes_and_ships_sources_when_asked(tmp_path: Path) -> None:
+    own = _project(tmp_path / "own", "kiln", '\n[tool.scikit-build]\nwheel.exclude = ["*.txt"]\n')
+    assert _generated(own)["environment"]["SKBUILD_WHEEL_EXCLUDE"].startswith("*.txt;*.c;")
+    text = PYPROJECTS["kiln"].replace("[tool.kiln]\n", "[tool.kiln]\nship-sources = true\n")
+    assert text != PYPROJECTS["kiln"]
+    (tmp_path / "ship").mkdir()
+    (tmp_path / "ship" / "pyproject.toml").write_text(text)
+    assert "SKBUILD_WHEEL_EXCLUDE" not in _generated(load_project(tmp_path / "ship"))["environment"]
 
 
 def test_opkilns_own_table_holds_with_kiln_run_from_its_tree() -> None:
