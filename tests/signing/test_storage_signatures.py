@@ -1,6 +1,7 @@
 """The signed release manifest and its signature live beside the wheels in a bucket (moto's S3 server on
-127.0.0.2), append-only: a second signing of a release already stored is refused, never written over; the
-index (pages on 127.0.0.1, wheels in the bucket) verifies file by file, stored wheels by their absolute URL."""
+127.0.0.2), append-only: another manifest under a stored release's name is refused, never written over (a rerun
+of the same release adopts the stored signature); the index (pages on 127.0.0.1, wheels in the bucket)
+verifies file by file, stored wheels by their absolute URL."""
 
 from __future__ import annotations
 
@@ -41,14 +42,25 @@ def test_signatures_are_stored_beside_the_wheels_and_never_replaced(keys: Keys, 
                 stored = answer["Body"].read()
                 assert stored == (site / release_name(n)).with_name(name).read_bytes()
 
-        # Release 2 signed again (another signature: other bytes under the same name): the bucket refuses it.
-        again = tmp_path / "again"
-        shutil.copytree(site, again)
-        for path in (again / "releases").glob("release-000002.json*"):
-            path.unlink()
-        (again / "kiln-release.json").write_bytes((again / release_name(1)).read_bytes())
+        # Release 2 signed again after its deploy was cut short (a keyless signature differs each time; another
+        # key stands in for that): the same manifest, so the stored signature is adopted, nothing is put.
+        def unsigned_copy(name: str) -> Path:
+            again = tmp_path / name
+            shutil.copytree(site, again)
+            for path in (again / "releases").glob("release-000002.json*"):
+                path.unlink()
+            (again / "kiln-release.json").write_bytes((again / release_name(1)).read_bytes())
+            return again
+
+        again = unsigned_copy("again")
+        sign_release(again, "opkiln", SshSigner(keys.other), fetch_chain(None, "opkiln", again), tmp_path / "d2",
+                     storage=storage, say=lambda _m: None)  # type: ignore[arg-type]
+        assert (again / f"{release_name(2)}.sig").read_bytes() == (site / f"{release_name(2)}.sig").read_bytes()
+        # Another release 2 (the site changed meanwhile): the bucket refuses to replace the stored one.
+        other = unsigned_copy("other")
+        (other / "extra.html").write_text("<p>not in release 2</p>\n")
         with pytest.raises(IndexConflictError, match="already holds this name with other bytes"):
-            sign_release(again, "opkiln", SshSigner(keys.other), fetch_chain(None, "opkiln", again), None,
+            sign_release(other, "opkiln", SshSigner(keys.release), fetch_chain(None, "opkiln", other), tmp_path / "d2",
                          storage=storage, say=lambda _m: None)  # type: ignore[arg-type]
 
         with http_server(tmp_path / "www") as http:

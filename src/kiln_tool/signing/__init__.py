@@ -24,7 +24,7 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from ..guard.signed import (
     LATEST,
@@ -42,6 +42,9 @@ from ..guard.signed import (
     release_document,
     wheel_content_digest,
 )
+
+if TYPE_CHECKING:
+    from ..index.storage import Stored
 
 
 class SigningError(RuntimeError):
@@ -234,7 +237,28 @@ def _write_once(target: Path, data: bytes) -> None:
 
 
 class Putter(Protocol):
+    """What signing needs of a storage (index/storage.py's Storage has it)."""
+
+    def stat(self, name: str) -> Stored | None: ...
+
+    def read(self, name: str) -> bytes: ...
+
     def put(self, name: str, path: Path, sha256: str) -> None: ...
+
+
+def _adopted_signature(storage: Putter | None, name: str, raw: bytes, suffix: str) -> bytes | None:
+    """The signature an interrupted run of this very release already stored (its manifest there has these bytes):
+    adopted, as a stored wheel of the same bytes is, so a rerun is not refused for a keyless signature that
+    differs each time it is made. None when the storage holds no such manifest."""
+    if storage is None:
+        return None
+    manifest, signature = name.rsplit("/", 1)[-1], name.rsplit("/", 1)[-1] + suffix
+    found = storage.stat(manifest)
+    if found is None or storage.stat(signature) is None:
+        return None
+    if (found.sha256 or hashlib.sha256(storage.read(manifest)).hexdigest()) != hashlib.sha256(raw).hexdigest():
+        return None  # another manifest under this name: the put below refuses it
+    return storage.read(signature)
 
 
 def sign_release(site: Path, project: str, signer: Signer, published: PublishedChain,
@@ -251,7 +275,8 @@ def sign_release(site: Path, project: str, signer: Signer, published: PublishedC
     files = release_files(site, snapshot, previous)
     raw = release_document(project, sequence, previous.head.sha256 if previous else None, files)
     name = f"{RELEASES_DIR}/release-{sequence:06d}.json"
-    signature = signer.sign(raw)
+    adopted = _adopted_signature(storage, name, raw, signer.suffix)
+    signature = adopted if adopted is not None else signer.sign(raw)
     written: list[Path] = []
     for rel, data in ((name, raw), (name + signer.suffix, signature)):
         _write_once(site / rel, data)
@@ -259,7 +284,7 @@ def sign_release(site: Path, project: str, signer: Signer, published: PublishedC
     latest = site / LATEST
     latest.write_bytes(raw)
     latest.chmod(0o644)
-    if storage is not None:
+    if storage is not None and adopted is None:
         for target in written:
             storage.put(target.name, target, hashlib.sha256(target.read_bytes()).hexdigest())
     say(f"release: signed {name} ({len(files)} file(s), chained to "
