@@ -152,7 +152,7 @@ def test_users_install_the_published_bytes_and_a_mismatched_torch_gets_the_guard
     assert refused.returncode == 1
     message = " ".join(refused.stderr.split())
     assert "Traceback" in refused.stderr and "ImportError" not in refused.stderr.splitlines()[-1][:12]
-    assert f"pip install ringops -f {page}" in message or f"pip install --force-reinstall ringops -f {page}" \
+    assert f"pip install ringops -f {page}" in message or f"pip install --force-reinstall --no-deps ringops -f {page}" \
         in message, refused.stderr[-3000:]
     assert ringops_cu130.wheel("pt214cu130").name.split("-")[1] in message, "it says what the wheel was built for"
 

@@ -91,7 +91,7 @@ def test_ringops_imports_runs_and_its_doctor_is_ok(wheel_venv, torch213_site: Pa
 def test_ringops_on_another_torch_names_its_page(wheel_venv, torch214_site: Path, ringops_cpu: Built) -> None:
     venv = wheel_venv("ringops-on-torch2.14-cu130", torch214_site, ringops_cpu.wheel("pt213cpu"))
     out = clean_failure(venv.run("-c", "import ringops"), "RingopsEnvironmentError")
-    command = f"pip uninstall -y ringops && pip install ringops -f {page(RINGOPS_INDEX, '2.14', 'cu130')}"
+    command = f"pip install --force-reinstall --no-deps ringops -f {page(RINGOPS_INDEX, '2.14', 'cu130')}"
     assert command in out
     assert "ringops cannot be imported: this ringops wheel was built for a different environment" in out
     assert "the wheel was compiled against torch 2.13" in out
@@ -139,7 +139,7 @@ def test_twinlibs_on_another_torch_names_the_page(wheel_venv, torch214_site: Pat
     site = "http://127.0.0.1:8123/twinlibs"
     out = clean_failure(venv.run("-c", "import twinlibs", env={"TWINLIBS_INDEX_URL": site}),
                         "TwinlibsEnvironmentError")
-    assert f"pip uninstall -y twinlibs && pip install twinlibs -f {page(site, '2.14', 'cu130')}" in out
+    assert f"pip install --force-reinstall --no-deps twinlibs -f {page(site, '2.14', 'cu130')}" in out
 
 
 def test_twinlibs_missing_library_is_named(wheel_venv, torch213_site: Path, twinlibs_cpu: Built,

@@ -128,7 +128,7 @@ def index_page(cuda_tag: str, torch_mm: str, base: str = DEFAULT_INDEX) -> str:
 
 
 def install_command(cuda_tag: str, torch_mm: str, base: str = DEFAULT_INDEX) -> str:
-    return f"pip uninstall -y opkiln && pip install opkiln -f {index_page(cuda_tag, torch_mm, base)}"
+    return f"pip install --force-reinstall --no-deps opkiln -f {index_page(cuda_tag, torch_mm, base)}"
 
 
 def assert_clean_failure(proc: subprocess.CompletedProcess[str]) -> str:

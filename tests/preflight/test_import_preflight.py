@@ -184,7 +184,8 @@ def test_second_copy_already_loaded_in_process(good_venv, tmp_path):
     out = assert_clean_failure(proc)
     assert "another copy of opkiln's library is already loaded in this process" in out
     assert f"(loaded from {other})" in out
-    assert f"rm -rf {other}" in out
+    # The copy is in no installed distribution's RECORD: the fix never names it for deletion (issue 43).
+    assert f"rm -rf {other}" not in out and "rm -f" not in out and "python -m opkiln doctor" in out
     assert "Only a single TORCH_LIBRARY" not in out
 
 

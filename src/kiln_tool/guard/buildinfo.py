@@ -23,23 +23,149 @@ INDEX_URL_ENV = f"{PREFIX}_INDEX_URL"
 KINDS = ("python-module", "load-library")
 
 
+MAX_BUILD_INFO_BYTES = 1024 * 1024
+"""The largest build info the guard reads; kiln writes a few kilobytes."""
+_TEXT_LIMIT = 4096
+_LIST_LIMIT = 10_000
+_OP_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*::[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_]+)?")
+_TARGET_RE = re.compile(r"[A-Za-z0-9_.-]+(?:/[A-Za-z0-9_.-]+)*(?:=[a-z-]+)?")
+_DOTTED_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
+
+_TEXT, _TEXT_OR_NULL, _TEXT_LIST, _BOOL_OR_NULL, _INT, _INT_OR_NULL = "text", "text|null", "[text]", "bool|null", \
+    "int", "int|null"
+BUILD_INFO_FIELDS: dict[str, str] = {
+    "schema": _INT, "project": _TEXT_OR_NULL, "package": _TEXT_OR_NULL, "namespace": _TEXT_OR_NULL,
+    "build": _TEXT_OR_NULL, "libraries": _TEXT_OR_NULL, "index_url": _TEXT_OR_NULL, "version": _TEXT_OR_NULL,
+    "abi_mode": _TEXT_OR_NULL, "torch_version": _TEXT_OR_NULL, "torch_major_minor": _TEXT_OR_NULL,
+    "torch_min": _TEXT_OR_NULL, "cuda": _TEXT_OR_NULL, "cuda_tag": _TEXT_OR_NULL, "cuda_archs": _TEXT_LIST,
+    "cxx11_abi": _BOOL_OR_NULL, "cxx_standard": _INT_OR_NULL, "compiler": _TEXT_OR_NULL,
+    "nvcc_version": _TEXT_OR_NULL, "cmake_version": _TEXT_OR_NULL, "flags": "{text: [text]}",
+    "python_tag": _TEXT_OR_NULL, "extension_suffix": _TEXT_OR_NULL, "platform": _TEXT_OR_NULL,
+    "git_commit": _TEXT_OR_NULL, "source_hash": _TEXT_OR_NULL, "ops": _TEXT_LIST, "targets": "[text]|null",
+}
+"""Every field the guard reads and its JSON type (kiln_tool.build_info writes them). Other keys are kept but
+must hold bounded, printable data like the rest."""
+
+
 class BuildInfoMissing(ImportError):
-    """The package has no readable build info: it was not installed from a kiln-built wheel."""
+    """The package has no readable, valid build info: it was not installed from a kiln-built wheel, or the file
+    was damaged or replaced after install."""
+
+
+def _is_text(value: object) -> bool:
+    return isinstance(value, str) and len(value) <= _TEXT_LIMIT and value.isprintable()
+
+
+def _text_list(value: object) -> bool:
+    return isinstance(value, list) and len(value) <= _LIST_LIMIT and all(_is_text(v) for v in value)
+
+
+def _matches(kind: str, value: object) -> bool:
+    if kind == _INT:
+        return type(value) is int
+    if kind == _INT_OR_NULL:
+        return value is None or type(value) is int
+    if kind == _BOOL_OR_NULL:
+        return value is None or isinstance(value, bool)
+    if kind == _TEXT:
+        return _is_text(value)
+    if kind == _TEXT_OR_NULL:
+        return value is None or _is_text(value)
+    if kind == _TEXT_LIST:
+        return _text_list(value)
+    if kind == "[text]|null":
+        return value is None or _text_list(value)
+    if kind == "{text: [text]}":
+        return isinstance(value, dict) and all(_is_text(k) and _text_list(v) for k, v in value.items())
+    raise AssertionError(kind)
+
+
+def _printable_json(value: object, depth: int = 0) -> bool:
+    """Keys the guard does not read: any JSON, but every string printable and bounded, nested at most 8 deep."""
+    if depth > 8:
+        return False
+    if isinstance(value, str):
+        return _is_text(value)
+    if isinstance(value, list):
+        return len(value) <= _LIST_LIMIT and all(_printable_json(v, depth + 1) for v in value)
+    if isinstance(value, dict):
+        return all(_is_text(k) and _printable_json(v, depth + 1) for k, v in value.items())
+    return value is None or isinstance(value, (bool, int, float))
+
+
+def validate(data: object) -> list[str]:
+    """Why ``data`` is not a build info this guard can use (one phrase each); empty when it is."""
+    if not isinstance(data, dict):
+        return [f"it holds a JSON {type(data).__name__}, not an object"]
+    errors = [f"{key!r} is not {kind}" for key, kind in BUILD_INFO_FIELDS.items()
+              if key in data and not _matches(kind, data[key])]
+    errors += [f"the key {key[:40]!r} holds data that is not printable text" for key in data
+               if key not in BUILD_INFO_FIELDS and not (_is_text(key) and _printable_json(data[key]))]
+    if errors:
+        return errors
+    errors += [f"op {op[:60]!r} is not namespace::name" for op in data.get("ops", []) if not _OP_RE.fullmatch(op)]
+    errors += [f"target {t[:60]!r} is not a package path" for t in data.get("targets") or []
+               if not _TARGET_RE.fullmatch(t) or ".." in t.split("=")[0].split("/")]
+    if data.get("package") is not None and not _DOTTED_RE.fullmatch(data["package"]):
+        errors.append(f"package {data['package'][:60]!r} is not an import name")
+    from . import shell
+
+    for key, check in (("project", shell.dist_name), ("index_url", shell.url)):
+        if data.get(key):
+            try:
+                check(data[key], key)
+            except shell.UnsafeValue as exc:
+                errors.append(str(exc))
+    if data.get("version"):
+        try:
+            shell.version(data["version"], "version")
+        except shell.UnsafeValue as exc:
+            errors.append(str(exc))
+    return errors
+
+
+def reinstall_command() -> str:
+    """``pip install --force-reinstall --no-deps <distribution>``: the distribution whose RECORD lists the build
+    info (its name as installed), else the package's import name."""
+    from . import record, shell
+
+    owner = record.owner(BUILD_INFO_FILE, [site_root()])
+    name = owner.name if owner is not None else PACKAGE.split(".")[0]
+    try:
+        name = shell.dist_name(name, "the distribution's name")
+    except shell.UnsafeValue:
+        name = PACKAGE.split(".")[0]
+    return shell.command("pip", "install", "--force-reinstall", "--no-deps", name)
+
+
+def _refuse(why: str) -> BuildInfoMissing:
+    return BuildInfoMissing(f"{BUILD_INFO_FILE}: {why}. Reinstall {PACKAGE}: {reinstall_command()}", name=PACKAGE)
 
 
 @cache
 def _load() -> dict[str, Any]:
     try:
-        data = json.loads(BUILD_INFO_FILE.read_text())
+        if BUILD_INFO_FILE.exists() and not BUILD_INFO_FILE.is_file():
+            raise _refuse("is not a regular file")  # a FIFO would block the import forever
+        if not BUILD_INFO_FILE.is_file():
+            raise FileNotFoundError(BUILD_INFO_FILE)
+        with BUILD_INFO_FILE.open("rb") as stream:
+            raw = stream.read(MAX_BUILD_INFO_BYTES + 1)
     except FileNotFoundError:
-        raise BuildInfoMissing(
-            f"{BUILD_INFO_FILE} is missing: this {PACKAGE} was not installed from a wheel or a build. "
-            f"Reinstall it (pip install --force-reinstall {PACKAGE} -f <index page>).", name=PACKAGE) from None
-    except (OSError, ValueError) as exc:
-        raise BuildInfoMissing(f"{BUILD_INFO_FILE} cannot be read ({exc}): reinstall {PACKAGE}.",
-                               name=PACKAGE) from None
-    if not isinstance(data, dict):
-        raise BuildInfoMissing(f"{BUILD_INFO_FILE} is not a JSON object: reinstall {PACKAGE}.", name=PACKAGE)
+        raise _refuse(f"missing, so this {PACKAGE} was not installed from a wheel or a build") from None
+    except OSError as exc:
+        raise _refuse(f"cannot be read ({type(exc).__name__}: {exc.strerror or exc})") from None
+    if len(raw) > MAX_BUILD_INFO_BYTES:
+        raise _refuse(f"larger than {MAX_BUILD_INFO_BYTES} bytes, so it is not the one kiln wrote")
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise _refuse(f"is not JSON ({type(exc).__name__})") from None
+    errors = validate(data)
+    if errors:
+        shown = "; ".join(errors[:3]) + (f" and {len(errors) - 3} more" if len(errors) > 3 else "")
+        raise _refuse(f"is not a valid kiln build info ({shown})")
+    assert isinstance(data, dict)
     return data
 
 
@@ -49,8 +175,9 @@ def build_info() -> dict[str, Any]:
 
 
 def distribution(info: Mapping[str, Any]) -> str:
-    """The name pip installs it by (the project), else the package's."""
-    return str(info.get("project") or PACKAGE)
+    """The name pip installs it by (the project, checked by ``validate`` as a distribution name), else the
+    package's top-level import name."""
+    return str(info.get("project") or PACKAGE.split(".")[0])
 
 
 def doctor_command() -> str:
@@ -60,7 +187,9 @@ def doctor_command() -> str:
         own = "_kiln" in (PACKAGE_DIR / "__main__.py").read_text()
     except OSError:
         own = False
-    return f"python -m {PACKAGE}{'' if own else '._kiln'} doctor"
+    from .shell import command
+
+    return command("python", "-m", f"{PACKAGE}{'' if own else '._kiln'}", "doctor")
 
 
 def site_root() -> Path:

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from . import preflight as _preflight
+from . import record, shell
 from .buildinfo import PACKAGE, PACKAGE_DIR, compiled_files, distribution, module_name, targets
 
 JSON_SCHEMA = 1
@@ -236,7 +237,8 @@ def torch_install_command(info: Mapping[str, Any]) -> str:
         spec = f"torch>={info.get('torch_min') or info.get('torch_major_minor')}"
     else:
         spec = f"torch=={info.get('torch_major_minor')}.*"
-    return f'pip install "{spec}" --index-url {PYTORCH_INDEX}/{info.get("cuda_tag") or "cpu"}'
+    tag = str(info.get("cuda_tag") or "cpu")
+    return shell.command("pip", "install", spec, "--index-url", f"{PYTORCH_INDEX}/{tag}")
 
 
 # Other copies, loader paths, customize hooks --------------------------------------------------
@@ -379,7 +381,7 @@ def collect(package_error: BaseException | None = None, environ: Mapping[str, st
     report["torch"] = tf = torch_facts()
     report["driver"] = driver = driver_facts()
     if not tf["importable"]:
-        checks.append(Check("torch", FAIL, "not importable", [tf["error"]], "pip install torch"))
+        checks.append(Check("torch", FAIL, "not importable", [tf["error"]], shell.command("pip", "install", "torch")))
     else:
         cuda_text = f"CUDA {tf['cuda']}" if tf["cuda"] else "CPU-only"
         checks.append(Check("torch", INFO, f"{tf['version']} ({cuda_text})", [tf["path"]]))
@@ -396,8 +398,9 @@ def collect(package_error: BaseException | None = None, environ: Mapping[str, st
         info: dict[str, Any] | None = build_info()
     except (BuildInfoMissing, ValueError) as exc:
         info = None
-        checks.append(Check("build info", FAIL, "missing", [str(exc)],
-                            f"pip install --force-reinstall --no-deps {PACKAGE}  (from the index page for your torch)"))
+        from .buildinfo import reinstall_command
+
+        checks.append(Check("build info", FAIL, "missing or invalid", [str(exc)], reinstall_command()))
     report["build_info"] = info
     if info is not None and not tf["importable"]:
         checks[[c.name for c in checks].index("torch")].fix = torch_install_command(info)
@@ -409,8 +412,11 @@ def collect(package_error: BaseException | None = None, environ: Mapping[str, st
                             [f"commit {info.get('git_commit')}, source {str(info.get('source_hash'))[:12]}",
                              f"at {package_dir}"]))
     if info is not None and env is not None:
-        fix_command = _preflight.install_command(info, env, environ)
-        report["index_page"] = _preflight.index_page_url(info, env, environ)
+        fix_reason, fix_command = _preflight.install_fix(info, env, environ)
+        try:
+            report["index_page"] = _preflight.index_page_url(info, env, environ)
+        except shell.UnsafeValue as exc:
+            checks.append(Check(_preflight.INDEX_URL_ENV, FAIL, "refused", [str(exc), fix_reason], fix_command))
         problems = _preflight.find_problems(info, env)
         report["preflight"] = {"problems": problems, "advisories": _preflight.advisories(info, env),
                                "skipped_by_env": _preflight.skip_requested(environ)}
@@ -430,10 +436,13 @@ def collect(package_error: BaseException | None = None, environ: Mapping[str, st
     stems = [Path(path).name for path, _ in targets(info or {})]
     copies = other_copies(package_dir, search_roots(), stems, distribution(info or {}))
     report["other_copies"] = copies
+    removable, unproven = removal_plan(copies, distribution(info or {}))
     checks.append(Check("other copies", FAIL if copies else OK,
                         f"{len(copies)} found" if copies else "none",
-                        [f"{c['path']}: {c['detail']}" for c in copies],
-                        "rm -rf " + " ".join(_quote(c["path"]) for c in copies) if copies else None))
+                        [f"{_safe(c['path'])}: {c['detail']}" for c in copies]
+                        + [f"{_safe(path)}: no installed distribution's RECORD lists it, so kiln names no command "
+                           "that deletes it: remove it yourself if it is not yours" for path in unproven],
+                        shell.command("rm", "-f", "--", *removable) if removable else None))
 
     torch_lib = Path(tf["path"]) / "lib" if tf.get("importable") else None
     shadows = library_path_shadows(environ, torch_lib)
@@ -443,7 +452,7 @@ def collect(package_error: BaseException | None = None, environ: Mapping[str, st
     shadow_fix = None
     if shadows:
         variables = sorted({s["variable"] for s in shadows if s["severity"] == worst})
-        shadow_fix = "unset " + " ".join(variables) + "  (or remove the listed entries from it)"
+        shadow_fix = shell.command("unset", *variables)  # or remove the listed entries: the detail names them
     checks.append(Check("LD_LIBRARY_PATH/LD_PRELOAD", worst,
                         f"{len(shadows)} shadowing entries" if shadows else "clean",
                         [f"{s['variable']}: {s['path']}: {s['detail']}" for s in shadows], shadow_fix))
@@ -535,8 +544,8 @@ def _check_gpu_archs(checks: list[Check], report: dict[str, Any], info: Mapping[
         detail.append(f"cuda:{gpu['index']} {gpu['name']} ({gpu['sm']}): " + (how or "NOT COVERED"))
         if how is None:
             status = FAIL
-            fix = (f"KILN_CUDA_ARCHS=\"{gpu['capability']}\" kiln wheels  (in {distribution(info)}'s source "
-                   "checkout: a build for this GPU)")
+            detail.append(f"in {distribution(info)}'s source checkout, the fix builds wheels with code for this GPU")
+            fix = shell.with_env({"KILN_CUDA_ARCHS": str(gpu["capability"])}, "kiln", "wheels")
     value = "no GPU visible" if not tf.get("gpus") else ("all GPUs covered" if status != FAIL else "GPU not covered")
     checks.append(Check("GPU arch coverage", status, value, detail, fix))
 
@@ -549,10 +558,35 @@ def _summary(verdict: str, checks: list[Check]) -> str:
     return f"{len(bad)} {word}{'s' if len(bad) != 1 else ''}: {', '.join(bad)}."
 
 
-def _quote(path: str) -> str:
-    import shlex
+def _safe(text: str) -> str:
+    """A path for a line of the report: as itself when printable, else its escaped repr."""
+    return text if text.isprintable() else shell.shown(text, 300)
 
-    return shlex.quote(path)
+
+def removal_plan(copies: Iterable[Mapping[str, str]], dist: str = PACKAGE) -> tuple[list[str], list[str]]:
+    """(files a fix may delete, paths it may not name) for the other copies found: a file is named only when
+    an installed distribution's RECORD lists it (the same file on disk) and that distribution is ``dist`` or
+    installs the package's folder, and only when the path is printable."""
+    removable: dict[str, None] = {}
+    unproven: list[str] = []
+    for copy in copies:
+        path = Path(copy["path"])
+        files: list[Path] = []
+        if copy["kind"] == "install":
+            found = record.installed(path)
+            files = record.owned_files(found) if found is not None else []
+        elif copy["kind"] == "package":
+            for found in record.distributions([path.parent]):
+                files += record.owned_files(found, inside=path)
+        else:
+            owner = record.copy_owner(path, [path.parent], dist, PACKAGE)
+            files = [path] if owner is not None else []
+        shown = [str(f) for f in files if str(f).isprintable()]
+        if shown:
+            removable.update(dict.fromkeys(shown))
+        else:
+            unproven.append(str(path))
+    return list(removable), unproven
 
 
 def render(report: Mapping[str, Any]) -> str:
