@@ -63,9 +63,17 @@ def test_signatures_are_stored_beside_the_wheels_and_never_replaced(keys: Keys, 
             sign_release(other, "opkiln", SshSigner(keys.release), fetch_chain(None, "opkiln", other), tmp_path / "d2",
                          storage=storage, say=lambda _m: None)  # type: ignore[arg-type]
 
+        (wheel,) = (tmp_path / "d2").glob("*.whl")  # its URL in the bucket is percent-encoded (%2B)
+        swapped = tmp_path / "swapped" / wheel.name
+        swapped.parent.mkdir()
+        swapped.write_bytes(wheel.read_bytes() + b"\0")
         with http_server(tmp_path / "www") as http:
-            run = kiln("verify", "--index", f"{http.url}idx/", "--allowed-signers", keys.allowed_signers,
-                       "--identity", PRINCIPAL, "--no-state", "--all")
+            identity = ["--allowed-signers", keys.allowed_signers, "--identity", PRINCIPAL, "--no-state"]
+            run = kiln("verify", "--index", f"{http.url}idx/", *identity, "--all", wheel)
+            refused = kiln("verify", "--index", f"{http.url}idx/", *identity, swapped)
     assert run.code == 0, run.stdout + run.stderr
     stored_lines = [line for line in run.stdout.splitlines() if s3.endpoint in line]
     assert len(stored_lines) == 4 and all(line.startswith("OK    ") for line in stored_lines)  # 2 wheels, 2 METADATA
+    assert f"OK    {wheel.name}: sha256 matches the signed release 2" in run.stdout
+    assert refused.code == 1 and f"FAIL  {wheel.name}: sha256 " in refused.stdout
+    assert "another file under its name" in refused.stdout

@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import quote, unquote, urljoin, urlsplit
 
 RELEASE_SCHEMA = 1
 RELEASE_KIND = "kiln-release"
@@ -87,7 +87,8 @@ class FileEntry:
 
     @property
     def filename(self) -> str:
-        return self.path.rsplit("/", 1)[-1]
+        """The file's name (a stored wheel's URL names it percent-encoded: opkiln-0.1.0%2Bpt213cpu-...)."""
+        return unquote(self.path.rsplit("/", 1)[-1])
 
 
 @dataclass(frozen=True)
@@ -334,7 +335,7 @@ def get_url(url: str, limit: int, timeout: float = 60.0, sink: Any = None,
 
 def http_fetcher(base_url: str) -> Fetch:
     base = base_url if base_url.endswith("/") else base_url + "/"
-    return lambda path, limit: get_url(path if "://" in path else base + path, limit)
+    return lambda path, limit: get_url(path if "://" in path else base + quote(path), limit)
 
 
 def dir_fetcher(root: Path) -> Fetch:

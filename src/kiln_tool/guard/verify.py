@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from .signed import (
     LATEST,
@@ -57,7 +58,7 @@ def _file_sha256(path: Path) -> tuple[str, int]:
 def check_served(chain: Chain, base_url: str, entry: FileEntry) -> Line:
     """One file of the index as it is served now, against the latest signed release."""
     release = chain.head.sequence
-    url = entry.path if "://" in entry.path else base_url + entry.path
+    url = entry.path if "://" in entry.path else base_url + quote(entry.path)
     limit = entry.size if entry.size else (_METADATA_LIMIT if entry.kind == "metadata" else MAX_FILE_BYTES)
     try:
         found = url_sha256(url, limit)
