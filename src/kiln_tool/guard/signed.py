@@ -478,6 +478,16 @@ def _der_utf8(raw: bytes) -> str:
     return raw.decode("utf-8", "replace")
 
 
+_VERIFIERS: dict[str, Any] = {}
+
+
+def _production_verifier(verifier_type: Any) -> Any:
+    """One Verifier per process (its trust root is refreshed once, not once per release of the chain)."""
+    if "production" not in _VERIFIERS:
+        _VERIFIERS["production"] = verifier_type.production()
+    return _VERIFIERS["production"]
+
+
 def verify_sigstore(raw: bytes, bundle: bytes, identity: GitHubIdentity, where: str,
                     verifier: Any = None) -> str:
     try:
@@ -492,7 +502,7 @@ def verify_sigstore(raw: bytes, bundle: bytes, identity: GitHubIdentity, where: 
         raise VerifyError(f"{where}{SIGSTORE_SUFFIX}: not a sigstore bundle ({' '.join(str(exc).split())[:200]})"
                           ) from None
     try:
-        (verifier or Verifier.production()).verify_artifact(raw, parsed, github_policy(identity))
+        (verifier or _production_verifier(Verifier)).verify_artifact(raw, parsed, github_policy(identity))
     except Exception as exc:
         raise VerifyError(f"{where}{SIGSTORE_SUFFIX}: not a good signature by {identity.describe()} "
                           f"({' '.join(str(exc).split())[:200]})") from None
