@@ -74,3 +74,20 @@ def test_a_chain_file_is_never_written_over(history: History, keys: Keys, tmp_pa
                                            "is never replaced"):
         sign_release(site, "opkiln", SshSigner(keys.release), published, say=lambda _m: None)
     assert (site / LATEST).read_bytes() == before and not (site / release_name(3)).exists()
+
+
+def test_a_rotated_key_keeps_the_older_releases_verifiable(keys: Keys, tmp_path: Path) -> None:
+    """Release 1 signed with the old key, release 2 with the new one; the allowed signers name only the new key:
+    the chain verifies (release 2's signature commits to release 1 by sha256)."""
+    from signing.signed_sites import release
+
+    make_wheel(tmp_path / "d1")
+    make_wheel(tmp_path / "d2", version="0.2.0+pt213cpu")
+    site = tmp_path / "www" / "idx"
+    release(site, tmp_path / "d1", keys.other)  # the old key, not in the allowed signers
+    release(site, tmp_path / "d2", keys.release)
+    with http_server(tmp_path / "www") as http:
+        run = kiln("verify", "--index", f"{http.url}idx/", "--allowed-signers", keys.allowed_signers, "--identity",
+                   PRINCIPAL, "--no-state", "--all")
+    assert run.code == 0, run.stdout + run.stderr
+    assert "chain of 2 release(s) is intact" in run.stdout

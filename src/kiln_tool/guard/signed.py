@@ -14,8 +14,9 @@ What a signed release is (written by kiln_tool.signing at `kiln release`):
 - ``kiln-release.json``: a copy of the latest release manifest, the one file that changes.
 
 No file is trusted because it is there: the latest manifest must carry a good signature from the expected
-identity, every older one must hash to what its successor names (and carry its own good signature), and every
-file checked must have the digest the latest manifest gives it. A missing signature is a failure.
+identity, every older one must hash to what its successor names (the signed latest one commits to the whole
+chain, so a key rotated out of the allowed signers leaves older releases verifiable), and every file checked
+must have the digest the latest manifest gives it. A missing signature is a failure.
 """
 
 from __future__ import annotations
@@ -564,8 +565,6 @@ def read_chain(fetch: Fetch, identity: Identity | None, project: str | None = No
         if before.sequence != current.sequence - 1 or before.project != head.project:
             raise VerifyError(f"{name}: holds release {before.sequence} of {before.project}, not "
                               f"{current.sequence - 1} of {head.project}")
-        if identity is not None:
-            verify_signature(raw, name, fetch, identity, verifier)
         releases.append(before)
         current = before
     return Chain(head, tuple(releases), signer)
