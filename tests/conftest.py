@@ -19,6 +19,8 @@ from adopters.fixtures import (  # noqa: F401 - the adopters' session fixtures, 
     ringops_clone,
     ringops_cpu,
     ringops_cu130,
+    segops_clone,
+    segops_cpu,
     twinlibs_clone,
     twinlibs_cpu,
 )

@@ -242,12 +242,14 @@ def render(info: dict[str, Any]) -> str:
 
 
 def backend_build_info(project: KilnProject, torch: TorchInstall, variant: BuildVariant, python: str,
-                       commit: str | None = None) -> dict[str, Any]:
+                       commit: str | None = None, ops: list[str] | None = None) -> dict[str, Any]:
     """The build info kiln adds to a wheel the project's own backend built: what kiln knows of that build
-    (the torch and variant of its build venv, the Python, the sources, the op manifest of schema-sources).
+    (the torch and variant of its build venv, the Python, the sources, the op manifest: ``ops``, what the
+    built libraries registered once loaded, else the m.def(...) of schema-sources).
     The compiler, its flags and the CUDA archs were the backend's choice: they are left out, not guessed;
     the audit reads the binaries themselves."""
-    ops = op_manifest(schema_sources(project), project.namespace) if project.schema_sources else []
+    if ops is None:
+        ops = op_manifest(schema_sources(project), project.namespace) if project.schema_sources else []
     return {
         "schema": BUILD_INFO_SCHEMA,
         **project_fields(project),

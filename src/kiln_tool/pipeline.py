@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 import platform
+import re
 import shutil
 import subprocess
 import tempfile
@@ -104,7 +105,15 @@ def build_wheel(python: Path, spec: BuildSpec, out_dir: Path, log: Path, build_d
     project = load_project(source) if source is not None else current_project()
     env = build_environment(spec, python, project, env_extra)
     if project.build == "backend":
+        from .backend_build import prepare
+
+        check_schema_sources(project)
         env = {**env, **backend_environment(spec, python, project, env)}
+        hardened = prepare(project, build_dir, env)
+        env.update(hardened.env)
+        with log.open("a") as fh:
+            fh.write(f"kiln: setuptools builds in {hardened.folder} (DIST_EXTRA_CONFIG); LDFLAGS={env['LDFLAGS']}"
+                     + (" (the project's own version script kept)" if hardened.own_version_script else "") + "\n")
         # torch.utils.cpp_extension compiles through ccache when it finds one; with a CCACHE_BASEDIR, ccache
         # hands the compiler paths relative to setuptools' temp folder, which the prefix maps cannot know.
         for name in ("CCACHE_BASEDIR", "CCACHE_NOHASHDIR"):
@@ -123,6 +132,10 @@ def build_wheel(python: Path, spec: BuildSpec, out_dir: Path, log: Path, build_d
         fh.flush()
         proc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=project.root)
     if proc.returncode != 0:
+        first = first_error(log)
+        if first:
+            raise PipelineError("build", f"pip wheel failed (exit {proc.returncode}); the first error in {log}:\n"
+                                + first)
         raise PipelineError("build", f"pip wheel failed (exit {proc.returncode}); last lines of {log}:\n"
                             + tail(log))
     wheels = sorted(out_dir.glob(f"{project.wheel_name}-*.whl"))
@@ -133,6 +146,19 @@ def build_wheel(python: Path, spec: BuildSpec, out_dir: Path, log: Path, build_d
     if project.build == "backend":
         return label_backend_wheel(wheels[0], python, spec, project, out_dir / "labelled", env)
     return wheels[0]
+
+
+def check_schema_sources(project: KilnProject) -> None:
+    """Before anything is compiled: each schema-sources pattern matches a file, and each file can be read."""
+    from .build_info import schema_sources
+
+    try:
+        for path in schema_sources(project):
+            path.read_bytes()
+    except ValueError as exc:
+        raise PipelineError("build", str(exc)) from None
+    except OSError as exc:
+        raise PipelineError("build", f"tool.kiln.schema-sources: cannot read {exc.filename} ({exc.strerror})") from None
 
 
 def backend_environment(spec: BuildSpec, python: Path, project: KilnProject, env: dict[str, str]) -> dict[str, str]:
@@ -150,7 +176,12 @@ def backend_environment(spec: BuildSpec, python: Path, project: KilnProject, env
     from .torch_probe import TorchNotFound, find_torch
 
     site = sorted((python.parent.parent / "lib").glob("python3*/site-packages"))
-    maps = [f"-ffile-prefix-map={project.root}/={project.package}/"]
+    # Python's own headers (torch/extension.h and every Python.h include them) lie in the interpreter's prefix.
+    includes = subprocess.run([str(python), "-c", "import sysconfig; p = sysconfig.get_paths(); "
+                               "print(p['include']); print(p['platinclude'])"],
+                              capture_output=True, text=True, timeout=120, check=False).stdout.split()
+    maps = [f"-ffile-prefix-map={include}/=python-include/" for include in sorted(set(includes))]
+    maps.append(f"-ffile-prefix-map={project.root}/={project.package}/")
     with contextlib.suppress(TorchNotFound):  # no torch: the build itself says so
         # After the project's map: torch may lie inside the project (.venvs/), and gcc takes the last match.
         maps.append(f"-ffile-prefix-map={Path(find_torch([str(site[0])] if site else []).root)}/=torch/")
@@ -181,12 +212,79 @@ def label_backend_wheel(wheel: Path, python: Path, spec: BuildSpec, project: Kil
     except (TorchNotFound, VariantError) as exc:
         raise PipelineError("label", str(exc)) from None
     return label_wheel(wheel, out_dir, project, torch, variant, spec.python, env.get("KILN_GIT_COMMIT"),
-                       env["SOURCE_DATE_EPOCH"])
+                       env["SOURCE_DATE_EPOCH"], python, env)
+
+
+def registered_ops(wheel: Path, project: KilnProject, python: Path, env: dict[str, str]) -> list[str]:
+    """The ops of the project's namespace that the wheel's compiled libraries register once ``python`` (the
+    build venv's, with its torch) loads them (kiln_tool.registrations): the manifest whatever the registration
+    API. When schema-sources are given, every op their m.def(...) define must be among them."""
+    import zipfile
+
+    from .build_info import library_targets
+
+    with zipfile.ZipFile(wheel) as zf, tempfile.TemporaryDirectory(prefix="kiln-ops-") as tmp:
+        members = zf.namelist()
+        wanted = [t.split("=", 1)[0] for t in library_targets(project.package, project.libraries, members)]
+        paths = []
+        for target in wanted:
+            member = next(m for m in members if m.startswith(f"{target}.") and ".so" in m.rsplit("/", 1)[-1])
+            if ".." in member.split("/"):
+                raise PipelineError("label", f"{wheel.name}: unsafe member name {member!r}")
+            path = Path(tmp) / member
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(zf.read(member))
+            paths.append(path)
+        if not paths:
+            raise PipelineError("label", f"{wheel.name}: no compiled library of {project.package}/ in the wheel")
+        return libraries_ops(paths, project, python, env, Path(tmp))
+
+
+def libraries_ops(paths: list[Path], project: KilnProject, python: Path, env: dict[str, str], cwd: Path) -> list[str]:
+    """The ops of the project's namespace that the libraries at ``paths`` register once ``python`` loads them
+    (registered_ops says why, and what is checked)."""
+    import json
+
+    from . import registrations
+    from .build_info import op_manifest, schema_sources
+    from .registrations import in_namespace
+
+    # Its source, not `-m kiln_tool.registrations`: the Python beside the torch need not import kiln_tool
+    # (kiln label runs with the interpreter of the build, whatever kiln itself runs in).
+    script = Path(registrations.__file__).read_text()
+    proc = subprocess.run([str(python), "-c", script, *map(str, paths)], env=env, cwd=cwd,
+                          capture_output=True, text=True, timeout=600, check=False)
+    lines = proc.stdout.strip().splitlines()
+    try:
+        doc = json.loads(lines[-1]) if lines else {}
+    except ValueError:
+        doc = {}
+    if proc.returncode != 0 or "ops" not in doc:
+        why = doc.get("error") or (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
+        raise PipelineError("label", f"loading the built libraries in the build venv to list their ops failed: "
+                            f"{why}")
+    ops = in_namespace(doc["ops"], project.namespace)
+    if not ops:
+        others = sorted({op.split("::", 1)[0] for op in doc["ops"]})
+        found = f"they register ops in {', '.join(others)}" if others else "they register no op at all"
+        raise PipelineError("label", f"the built libraries register no op in torch.ops.{project.namespace} "
+                            f"(tool.kiln.namespace); {found}")
+    if project.schema_sources:
+        try:
+            declared = op_manifest(schema_sources(project), project.namespace)
+        except (ValueError, OSError):
+            declared = []  # sources without m.def(...): the loaded registrations are the manifest
+        missing = sorted(set(declared) - set(ops))
+        if missing:
+            raise PipelineError("label", f"tool.kiln.schema-sources define {', '.join(missing)}, which the built "
+                                "libraries do not register")
+    return ops
 
 
 def label_wheel(wheel: Path, out_dir: Path, project: KilnProject, torch: TorchInstall, variant: BuildVariant,
-                python: str, commit: str | None, epoch: str) -> Path:
-    """Label a backend-built wheel of ``project`` for ``torch`` and ``variant`` (Python ``python``, like 3.11)."""
+                python: str, commit: str | None, epoch: str, python_exe: Path, env: dict[str, str]) -> Path:
+    """Label a backend-built wheel of ``project`` for ``torch`` and ``variant`` (Python ``python``, like 3.11);
+    ``python_exe`` (beside that torch) loads its libraries for the op manifest."""
     from .build_info import backend_build_info
     from .relabel import RelabelError, relabel_wheel
     from .variant import local_label, torch_requirement
@@ -194,13 +292,42 @@ def label_wheel(wheel: Path, out_dir: Path, project: KilnProject, torch: TorchIn
     if variant.mode != "torch":
         raise PipelineError("label", "a backend build is labelled per torch minor (abi = [\"torch\"]); the "
                             "stable ABI needs kiln's build")
+    ops = registered_ops(wheel, project, python_exe, env)
     try:
-        info = backend_build_info(project, torch, variant, python, commit)
+        info = backend_build_info(project, torch, variant, python, commit, ops)
         return relabel_wheel(wheel, out_dir, package=project.package, project=project.name,
                              local_label=local_label(torch, variant),
                              torch_requirement=torch_requirement(torch, variant, ""), build_info=info, epoch=epoch)
     except (RelabelError, ValueError, OSError) as exc:
         raise PipelineError("label", str(exc)) from None
+
+
+# The first line that says why a build stopped: a compiler's or linker's diagnostic, CMake's error, a missing
+# tool; the lines after it (an error's context, CMake's message) are shown with it.
+_FIRST_ERROR = re.compile(r"(?:^|\s|:)(?:fatal error|error)(?: #?[0-9]+-?D?)?\s*:|^CMake Error|undefined reference to"
+                          r"|^\s*(?:ERROR|Error):|command not found|No such file or directory: '[^']*(?:nvcc|g\+\+|gcc|"
+                          r"c\+\+|cc)'|(?:^|\s)OSError: ", re.IGNORECASE)
+_NOT_FIRST = re.compile(r"ninja: build stopped|error: subprocess-exited-with-error|error: metadata-generation-failed|"
+                        r"ERROR: Failed building wheel|ERROR: Failed to build|error: command '[^']+' failed|"
+                        r"CalledProcessError|RuntimeError: Error compiling objects|^\s*(?:ERROR|error): "
+                        r"(?:Could not build|Failed to build)|-Werror|-Wno-error|\berror\.h\b")
+
+
+def first_error(path: Path, context: int = 4) -> str:
+    """The first diagnostic of the last build in the log (from its last ``$ `` command line) and the lines after
+    it; "" when the log holds none that kiln recognises."""
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    start = max((i for i, line in enumerate(lines) if line.startswith("$ ")), default=0)
+    for i in range(start, len(lines)):
+        line = lines[i]
+        if _FIRST_ERROR.search(line) and not _NOT_FIRST.search(line):
+            shown = [line.strip()] + [following.rstrip() for following in lines[i + 1:i + 1 + context]
+                                      if not _NOT_FIRST.search(following)]
+            return "\n".join(shown)
+    return ""
 
 
 def tail(path: Path, lines: int = 25) -> str:
@@ -259,6 +386,7 @@ def run_pipeline(spec: BuildSpec, dist: Path, logs: Path,
     started = time.perf_counter()
     try:
         step("venv")
+        check_schema_sources(project)
         python = ensure_build_env(spec, result.log, project)
         with tempfile.TemporaryDirectory(prefix=f"kiln-{spec.name}-") as tmp:
             step("build")

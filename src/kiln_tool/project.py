@@ -4,7 +4,8 @@ Every kiln command serves the project of the current directory (``kiln -C DIR`` 
 The table is small; everything it leaves out has a default (data/tool-kiln.schema.json says each key)::
 
     [tool.kiln]
-    package = "ringops"          # import package (default: [project].name with - and . as _)
+    package = "ringops"          # import package (default: the name with - and . as _; the name is [project]'s,
+                                 # or, a setup.py project without [project], setup(name="...")'s)
     namespace = "ringops"        # torch.ops.<namespace> (default: the package)
     build = "kiln"               # or "backend": the project's own PEP 517 backend
     libraries = "python-module"  # or "load-library" (torch.ops.load_library)
@@ -240,8 +241,6 @@ def load_project(root: Path) -> KilnProject:
     document = _read_pyproject(root)
     project = document.get("project")
     name = project.get("name") if isinstance(project, dict) else None
-    if not isinstance(name, str) or not _NAME.match(name):
-        raise ProjectError([f"{root / PYPROJECT}: [project] name is missing or not a valid distribution name"])
     tool = document.get("tool")
     if not isinstance(tool, dict) or "kiln" not in tool:
         raise ProjectError([f"{root / PYPROJECT}: no [tool.kiln] table (README: Adopting kiln in your op library)"])
@@ -257,6 +256,15 @@ def load_project(root: Path) -> KilnProject:
             isinstance(r, str) and 0 < len(r) <= 200 and "\n" not in r for r in requires):
         raise ProjectError([f"{root / PYPROJECT}: [build-system] requires is not a list of at most 64 requirements"])
     build = table.get("build", "kiln" if backend == SCIKIT_BUILD_BACKEND else "backend")
+    if not isinstance(project, dict) and build == "backend":
+        from .backend_build import setup_name
+
+        name = setup_name(root)  # a setup.py project without a [project] table: its backend's own name
+        if not isinstance(name, str) or not _NAME.match(name):
+            raise ProjectError([f"{root / PYPROJECT}: no [project] table, and neither setup.cfg's [metadata] name "
+                                "nor a literal setup(name=\"...\") in setup.py gives a valid distribution name"])
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise ProjectError([f"{root / PYPROJECT}: [project] name is missing or not a valid distribution name"])
     canonical = canonical_name(name)
     package = table.get("package", re.sub(r"[-.]+", "_", name).lower())
     if not package.isidentifier() or keyword.iskeyword(package):

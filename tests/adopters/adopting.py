@@ -309,3 +309,6 @@ def assert_repro_rebuilds(tool: KilnTool, clone: Path, built: Built, label: str,
     assert result["identical"] is True, result["differences"]
     assert {b["repaired_sha256"] for b in result["builds"]} == {sha256_of(made)}, \
         "kiln repro's builds are the very wheel kiln wheels made"
+    # kiln repro itself compared them with dist/'s wheel (README), and said what it was doing as it went.
+    assert result["dist_wheel"] == {"path": str(made), "sha256": sha256_of(made), "identical": True}, result
+    assert "build a of 2" in proc.stderr and "build b of 2" in proc.stderr, proc.stderr

@@ -44,3 +44,13 @@ def ringops_cu130(kiln_tool: KilnTool, ringops_clone: Path) -> Built:
 @pytest.fixture(scope="session")
 def twinlibs_cpu(kiln_tool: KilnTool, twinlibs_clone: Path) -> Built:
     return kiln_wheels(kiln_tool, twinlibs_clone, timing="twinlibs: kiln wheels (cpu)")
+
+
+@pytest.fixture(scope="session")
+def segops_clone(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return clone_project("segops", tmp_path_factory.mktemp("adopter"))
+
+
+@pytest.fixture(scope="session")
+def segops_cpu(kiln_tool: KilnTool, segops_clone: Path) -> Built:
+    return kiln_wheels(kiln_tool, segops_clone, timing="segops: kiln wheels (cpu)")

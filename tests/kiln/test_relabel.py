@@ -528,6 +528,38 @@ def test_wheel_file_names_with_odd_characters_are_refused(backend_files: dict[st
 KILN = [sys.executable, str(Path(__file__).resolve().parents[2] / "scripts" / "kiln")]
 
 
+REGISTERING_SOURCE = """\
+#include <torch/library.h>
+static int64_t twice(int64_t x) { return 2 * x; }
+TORCH_LIBRARY(ringops, m) { m.def("twice(int x) -> int", &twice); }
+"""
+
+
+@pytest.fixture(scope="session")
+def registering_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The backend's wheel with a real extension that registers ringops::twice: kiln label loads the wheel's
+    libraries with the torch beside its Python for the op manifest (about 10 s of g++ cold, ccache after)."""
+    import shutil
+
+    import torch
+
+    src = tmp_path_factory.mktemp("ring-ops-registering")
+    for name, text in (("pyproject.toml", PYPROJECT), ("setup.py", SETUP_PY), ("README.md", README),
+                       ("LICENSE", "MIT\n"), ("twice.cpp", REGISTERING_SOURCE)):
+        (src / name).write_text(text)
+    (src / PACKAGE).mkdir()
+    (src / PACKAGE / "__init__.py").write_text('"""ringops."""\n')
+    root = Path(torch.__file__).parent
+    compiler = [c for c in (shutil.which("ccache"),) if c] + ["g++"]
+    subprocess.run([*compiler, "-std=c++20", "-O0", "-fPIC", "-shared", "twice.cpp", "-I", str(root / "include"),
+                    "-L", str(root / "lib"), "-lc10", "-ltorch_cpu", "-o", f"{PACKAGE}/_C.so"], cwd=src, check=True)
+    out = tmp_path_factory.mktemp("registering-wheel")
+    built = subprocess.run([sys.executable, "-c", "import sys; from setuptools import build_meta; "
+                            "print(build_meta.build_wheel(sys.argv[1]))", str(out)],
+                           cwd=src, capture_output=True, text=True, check=True)
+    return out / built.stdout.strip().splitlines()[-1]
+
+
 def _label_project(root: Path, build: str) -> Path:
     root.mkdir(parents=True)
     (root / "pyproject.toml").write_text(PYPROJECT.replace("[tool.setuptools]", f"""[tool.kiln]
@@ -539,13 +571,13 @@ version = "0.3.0"
     return root
 
 
-def test_kiln_label_labels_a_backend_wheel_for_the_torch_beside_its_python(backend_wheel: Path,
+def test_kiln_label_labels_a_backend_wheel_for_the_torch_beside_its_python(registering_wheel: Path,
                                                                           tmp_path: Path) -> None:
     import torch  # the dev venv's: the wheel is labelled for it
 
     minor = "".join(torch.__version__.split(".")[:2])
     project = _label_project(tmp_path / "project", "backend")
-    run = subprocess.run([*KILN, "-C", str(project), "label", str(backend_wheel), "-w", str(tmp_path / "out")],
+    run = subprocess.run([*KILN, "-C", str(project), "label", str(registering_wheel), "-w", str(tmp_path / "out")],
                          capture_output=True, text=True, check=False, env={
                              **{k: v for k, v in os.environ.items() if not k.startswith("KILN_")},
                              "KILN_VARIANT": "cpu", "SOURCE_DATE_EPOCH": "1700000000"})
@@ -558,19 +590,32 @@ def test_kiln_label_labels_a_backend_wheel_for_the_torch_beside_its_python(backe
     info = checked.build_info
     assert (info["build"], info["package"], info["project"], info["torch_version"]) == (
         "backend", PACKAGE, PROJECT, torch.__version__)
+    assert info["ops"] == ["ringops::twice"], "the manifest is what the library registers once loaded"
     major_s, minor_s = torch.__version__.split(".")[:2]
     assert checked.torch_requirement in (f">={major_s}.{minor_s},<{major_s}.{int(minor_s) + 1}",
                                          f"<{major_s}.{int(minor_s) + 1},>={major_s}.{minor_s}")
 
 
-def test_kiln_label_refuses_a_kiln_built_project_and_a_labelled_wheel(backend_wheel: Path, tmp_path: Path) -> None:
+def test_kiln_label_refuses_a_library_that_registers_nothing_in_its_namespace(backend_wheel: Path,
+                                                                            tmp_path: Path) -> None:
+    """The stand-in extension loads nothing torch would see: labelled, the guard would prove no op."""
+    project = _label_project(tmp_path / "project", "backend")
+    run = subprocess.run([*KILN, "-C", str(project), "label", str(backend_wheel), "-w", str(tmp_path / "out")],
+                         capture_output=True, text=True, check=False, env={**os.environ, "KILN_VARIANT": "cpu"})
+    assert run.returncode == 2 and run.stderr.count("\n") == 1, run.stderr
+    assert "ringops/_C.so: Could not load this library" in run.stderr, run.stderr
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def test_kiln_label_refuses_a_kiln_built_project_and_a_labelled_wheel(registering_wheel: Path,
+                                                                      tmp_path: Path) -> None:
     kiln_built = _label_project(tmp_path / "kiln-built", "kiln")
-    run = subprocess.run([*KILN, "-C", str(kiln_built), "label", str(backend_wheel), "-w", str(tmp_path / "a")],
+    run = subprocess.run([*KILN, "-C", str(kiln_built), "label", str(registering_wheel), "-w", str(tmp_path / "a")],
                          capture_output=True, text=True, check=False)
     assert run.returncode == 2 and "metadata provider labels it" in run.stderr, run.stderr
     assert not (tmp_path / "a").exists()
     project = _label_project(tmp_path / "backend", "backend")
-    first = subprocess.run([*KILN, "-C", str(project), "label", str(backend_wheel), "-w", str(tmp_path / "b")],
+    first = subprocess.run([*KILN, "-C", str(project), "label", str(registering_wheel), "-w", str(tmp_path / "b")],
                            capture_output=True, text=True, check=False, env={**os.environ, "KILN_VARIANT": "cpu"})
     assert first.returncode == 0, first.stderr
     (labelled,) = (tmp_path / "b").glob("*.whl")

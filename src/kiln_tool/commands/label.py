@@ -44,7 +44,8 @@ def execute(args: argparse.Namespace) -> int:
     for wheel in args.wheels:
         try:
             labelled = label_wheel(wheel, args.wheel_dir, project, torch, variant, python,
-                                   os.environ.get("KILN_GIT_COMMIT"), source_date_epoch(project.root))
+                                   os.environ.get("KILN_GIT_COMMIT"), source_date_epoch(project.root),
+                                   Path(sys.executable), dict(os.environ))
         except PipelineError as exc:
             print(f"kiln label: {str(exc).removeprefix(f'{exc.step}: ')}", file=sys.stderr)
             return 2

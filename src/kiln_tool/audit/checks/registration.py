@@ -88,7 +88,9 @@ def defined_namespaces(ctx: LibraryContext) -> set[str]:
     ops = (ctx.artifact.build_info or {}).get("ops")
     for op in ops if isinstance(ops, list) else []:
         namespace, _, name = str(op).partition("::")
-        if name and ctx.data.find(b"\0" + (name + "(").encode(), 0) != -1:
+        # m.def takes "<op>(", torch::RegisterOperators().op(...) the qualified "<namespace>::<op>(".
+        if name and any(ctx.data.find(b"\0" + (prefix + name + "(").encode(), 0) != -1
+                        for prefix in ("", f"{namespace}::")):
             namespaces.add(namespace)
     return namespaces
 
