@@ -436,8 +436,8 @@ def github_policy(identity: GitHubIdentity) -> Any:
     try:
         from sigstore.verify import policy
     except ImportError:
-        raise VerifyError("checking a keyless signature needs sigstore-python (pip install 'torch-kiln[signing]')"
-                          ) from None
+        raise VerifyError("checking a keyless signature needs sigstore-python (pip install 'sigstore>=4.5,<5', "
+                          "which torch-kiln[signing] brings)") from None
     checks: list[Any] = [policy.OIDCIssuerV2(GITHUB_ISSUER),
                          policy.OIDCSourceRepositoryURI(f"https://github.com/{identity.repository}")]
     if identity.workflow is not None:
@@ -496,7 +496,7 @@ def verify_sigstore(raw: bytes, bundle: bytes, identity: GitHubIdentity, where: 
         from sigstore.verify import Verifier
     except ImportError:
         raise VerifyError(f"{where}{SIGSTORE_SUFFIX}: checking a keyless signature needs sigstore-python "
-                          "(pip install 'torch-kiln[signing]')") from None
+                          "(pip install 'sigstore>=4.5,<5', which torch-kiln[signing] brings)") from None
     try:
         parsed = Bundle.from_json(bundle)
     except Exception as exc:
