@@ -8,6 +8,7 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from .archs import ArchRequest, CudaArch
+from .dependencies import ShippedFile
 from .elf import Buffer, ElfLibrary
 from .inputs import Wheel
 from .loading import ApiEvidence, Variant
@@ -16,9 +17,6 @@ from .resolve import Location, Resolver
 from .target import TorchTarget
 
 _TORCH_NEEDED = re.compile(r"^lib(torch|torch_cpu|torch_cuda|c10|c10_cuda)\.so$")
-# libcublasLt-1a2b3c4d.so.12 -> cublaslt: the name a dependency's project name may carry.
-_LIB_STEM = re.compile(r"^lib|(?:-[0-9a-f]{8})?\.so(?:\.[0-9]+)*$")
-_GENERIC_TOKENS = {"nvidia", "python", "runtime", "toolkit", "binary", "wheel", "libs", "core"}
 _EXTENSION_RE = re.compile(r"^(?P<module>[A-Za-z_][A-Za-z0-9_]*)(?P<suffix>\.[A-Za-z0-9_-]+)?\.so$")
 
 
@@ -46,6 +44,9 @@ class ArtifactContext:
     executables: set[str] = field(default_factory=set)  # ELF members that are programs, not libraries
     needed_by: dict[str, list[str]] = field(default_factory=dict)  # DT_NEEDED name -> the wheel's libraries naming it
     _dependency_files: dict[str, str] | None = None
+    _uninstalled: list[str] | None = None
+    # --fetch-dependencies: file name -> the uninstalled dependency whose downloaded wheel ships it, and where
+    fetched: dict[str, ShippedFile] | None = None
 
     def dependency_providing(self, library: str) -> str | None:
         """The declared dependency (Requires-Dist) whose installed files hold `library`, looked up in the
@@ -75,33 +76,16 @@ class ArtifactContext:
                                                               f"(Requires-Dist: {declared[name]})")
         return self._dependency_files.get(library)
 
-    def uninstalled_dependency_for(self, library: str) -> str | None:
-        """A declared dependency (Requires-Dist, not torch) that is not installed where this audit runs and whose
-        name fits `library` (nvidia-cublas-cu12 ~ libcublasLt.so.12): it may ship that library, which is then
-        unknown here, not missing."""
-        from importlib.metadata import distributions
+    def uninstalled_dependencies(self) -> list[str]:
+        """The declared dependencies (Requires-Dist: not torch, not an extra's, markers holding on this wheel's
+        platform) that are not installed where this audit runs: a needed library found nowhere else may be
+        theirs, whatever its name."""
+        if self._uninstalled is None:
+            from .dependencies import uninstalled
 
-        from packaging.requirements import InvalidRequirement, Requirement
-        from packaging.utils import canonicalize_name
-
-        site = self.torch.site_dir if self.torch is not None else None
-        installed = {canonicalize_name(d.metadata["Name"] or "") for d in distributions(path=[str(site)])} \
-            if site is not None else set()
-        stem = _LIB_STEM.sub("", library.lower())
-        for text in self.requires:
-            try:
-                requirement = Requirement(text)
-            except InvalidRequirement:
-                continue
-            name = canonicalize_name(requirement.name)
-            if name == "torch" or name in installed or (requirement.marker is not None and "extra" in str(
-                    requirement.marker)):
-                continue
-            tokens = [t for t in [*name.split("-"), *(e.lower() for e in requirement.extras)]
-                      if len(t) >= 4 and t not in _GENERIC_TOKENS]
-            if stem and any(stem.startswith(t) or t.startswith(stem) for t in tokens):
-                return text
-        return None
+            site = self.torch.site_dir if self.torch is not None else None
+            self._uninstalled = uninstalled(self.requires, self.arch, site)
+        return self._uninstalled
 
     @property
     def torch_platform(self) -> tuple[str, int | None] | None:

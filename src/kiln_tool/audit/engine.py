@@ -43,6 +43,7 @@ class AuditOptions:
     gpu: str | None = None  # "sm_90": say whether that GPU can run each library's device code
     torch_version: str | None = None  # audit against this torch (installed or recorded), e.g. "2.14.1+cu130"
     release: ReleaseRule | None = None  # --release: tagged at the release floor (or the stand-in's one tag)
+    fetch_dependencies: bool = False  # download uninstalled declared dependencies' wheels and read their files
 
 
 def _host_arch() -> str:
@@ -287,6 +288,11 @@ class _Auditor:
                                        extra_exports=self.options.extra_exports, gpu=self.gpu,
                                        release=self.options.release)
             artifact.requires = tuple(whl.metadata().get("Requires-Dist", []))
+            if self.options.fetch_dependencies and artifact.uninstalled_dependencies():
+                from .dependencies import fetch
+
+                artifact.fetched = fetch(artifact.uninstalled_dependencies(), arch, whl.name.python_tags[0],
+                                         list(whl.name.platform_tags))
             artifact.executables = programs
             python_files = {m: whl.read(m) for m in whl.infos if m.endswith(".py")}
             artifact.loaded_by_name = loading.loaded_by_name(python_files, [m for m, _, _ in members])

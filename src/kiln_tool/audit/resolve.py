@@ -83,7 +83,9 @@ class Found:
     preload: bool = False  # found only because the package loads it first (no search path reaches it)
 
 
-def _expand(entry: str, origin: str) -> str | None:
+def expand_search_entry(entry: str, origin: str) -> str | None:
+    """A DT_RUNPATH/DT_RPATH entry as a folder: $ORIGIN expanded; None for a relative one (the working
+    directory's, never the package's)."""
     if "$ORIGIN" not in entry and "${ORIGIN}" not in entry:
         return entry if entry.startswith("/") else None
     return posixpath.normpath(entry.replace("${ORIGIN}", "$ORIGIN").replace("$ORIGIN", origin))
@@ -182,7 +184,7 @@ class Resolver:
         if runpath:
             search += [("RUNPATH", e) for e in runpath]
         for kind, entry in search:
-            directory = _expand(entry, requester.origin) if entry else None
+            directory = expand_search_entry(entry, requester.origin) if entry else None
             if directory is None:
                 continue
             hit = self._exists(directory, name, from_wheel)

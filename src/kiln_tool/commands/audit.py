@@ -34,6 +34,11 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                         "(data/matrix.json manylinux_floor), never above it. In a stand-in base's run "
                         "(KILN_STANDIN_MANYLINUX=TAG, set by kiln cibuildwheel) the wheel must carry exactly "
                         "that base's tag instead, and is said not to be a release wheel")
+    parser.add_argument("--fetch-dependencies", action="store_true",
+                        help="a needed library that neither the wheel, torch nor the platform has, in a wheel whose "
+                        "declared dependencies are not installed here, is 'dependency-unknown'; with this flag their "
+                        "wheels are downloaded (pip download --no-deps; needs the network) and their file lists "
+                        "read: shipped and reached by a RUNPATH, shipped but not reached, or missing")
     parser.add_argument("--verbose", action="store_true", help="list every passed check instead of one line per "
                         "library")
 
@@ -48,7 +53,8 @@ def execute(args: argparse.Namespace) -> int:
         print(f"kiln audit: {exc}", file=sys.stderr)
         return 2
     options = AuditOptions(torch_lib=args.torch_lib, cuda_archs=args.cuda_archs, policy=args.policy, gpu=args.gpu,
-                           torch_version=args.torch_version, release=release)
+                           torch_version=args.torch_version, release=release,
+                           fetch_dependencies=args.fetch_dependencies)
     try:
         report = audit_paths(list(args.paths), options)
     except AuditInputError as exc:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import posixpath
 import re
 from collections.abc import Mapping
 
@@ -9,7 +10,7 @@ from ..context import LibraryContext
 from ..elf import DynSymbol
 from ..policy import parse_version
 from ..report import CheckResult, failed, passed
-from ..resolve import Location, Opened
+from ..resolve import SITE, Location, Opened, expand_search_entry
 from ..torch_abi import RecordedLibrary
 
 _TORCH_LIBS = re.compile(r"^lib(torch|c10|caffe2|shm)[a-z0-9_]*\.so")
@@ -24,6 +25,14 @@ _MAX_SHOWN = 8
 
 def _sample(items: list[str]) -> str:
     return ", ".join(items[:_MAX_SHOWN]) + (f" and {len(items) - _MAX_SHOWN} more" if len(items) > _MAX_SHOWN else "")
+
+
+def _search_dirs(ctx: LibraryContext) -> set[str]:
+    """The folders ld.so searches for the library's DT_NEEDED names in the installed layout (its DT_RPATH
+    without a DT_RUNPATH, and its DT_RUNPATH, $ORIGIN expanded)."""
+    lib = ctx.lib
+    entries = (lib.rpath or []) if lib.runpath is None else lib.runpath
+    return {d for e in entries if e and (d := expand_search_entry(e, ctx.location.origin)) is not None}
 
 
 def _provides(lib: Opened, symbol: DynSymbol) -> bool:
@@ -203,16 +212,46 @@ def check_undefined_symbols(ctx: LibraryContext) -> list[CheckResult]:
             "so it loads in any order.", "dependency"))
         missing_libs = [n for n in missing_libs if n not in from_dependency]
         left_to_missing = [] if not missing_libs else left_to_missing
-    maybe = {n: d for n in missing_libs if not _TORCH_LIBS.match(n)
-             and (d := ctx.artifact.uninstalled_dependency_for(n)) is not None}
+    fetched = ctx.artifact.fetched
+    if fetched is not None and missing_libs:
+        # --fetch-dependencies: the uninstalled dependencies' wheels were read; each library is shipped by one
+        # (reached by a RUNPATH in the installed layout, or not) or by none (missing).
+        searched = _search_dirs(ctx)
+        reached = {n: fetched[n] for n in missing_libs if n in fetched
+                   and posixpath.dirname(posixpath.join(SITE, fetched[n].path)) in searched}
+        unreached = {n: fetched[n] for n in missing_libs if n in fetched and n not in reached}
+        if reached:
+            extra.append(passed(
+                "undefined-symbols", f"{ctx.member} needs " + "; ".join(
+                    f"{n}, which the declared dependency {f.dependency} ships as {f.path} (its wheel downloaded "
+                    "with pip download --no-deps), and its RUNPATH reaches it there" for n, f in reached.items())
+                + "; the symbols left to it were not checked against it."))
+        if unreached:
+            extra.append(failed(
+                "undefined-symbols", f"{ctx.member} needs " + "; ".join(
+                    f"{n}, which the declared dependency {f.dependency} ships as {f.path} (its wheel downloaded "
+                    "with pip download --no-deps)" for n, f in unreached.items())
+                + ": no RUNPATH of it reaches that folder, so it loads only after the package has loaded it "
+                "(ctypes preload, import order); its symbols were not checked.",
+                "add an $ORIGIN-relative RUNPATH to that folder, so it loads in any order.", "dependency"))
+        missing_libs = [n for n in missing_libs if n not in fetched]
+        left_to_missing = [] if not missing_libs else left_to_missing
+        if missing_libs and ctx.artifact.uninstalled_dependencies():
+            problems.append(f"none of the declared dependencies' wheels ships {_sample(missing_libs)} (downloaded "
+                            f"with pip download --no-deps: {', '.join(ctx.artifact.uninstalled_dependencies())})")
+    uninstalled = ctx.artifact.uninstalled_dependencies() if fetched is None else []
+    maybe = [n for n in missing_libs if not _TORCH_LIBS.match(n)] if uninstalled else []
     if maybe:
+        # Any of them may ship it, whatever its name (libcue_ops.so in <project>-ops-cu13): the evidence is that
+        # it is in no place this audit can see, and that they are not here to look into.
         extra.append(failed(
-            "undefined-symbols", f"{ctx.member} needs "
-            + "; ".join(f"{n}, which the declared dependency '{d}' may ship" for n, d in maybe.items())
-            + ": that dependency is not installed where this audit runs, so whether it does, and the symbols left "
-            "to it, were not checked (unknown, not missing).",
-            "nothing, if that dependency ships it and the library's RUNPATH reaches it; to check, audit where the "
-            "wheel's dependencies are installed beside torch (--torch-lib DIR of that site-packages).",
+            "undefined-symbols", f"{ctx.member} needs {_sample(maybe)}, which is in neither the wheel, torch nor "
+            f"the platform; the wheel declares dependencies that are not installed where this audit runs "
+            f"({', '.join(repr(d) for d in uninstalled)}), which may ship it: whether one does, and the symbols "
+            "left to it, were not checked (unknown, not missing).",
+            "nothing, if a dependency ships it and the library's RUNPATH reaches it; to check, rerun with "
+            "--fetch-dependencies (downloads their wheels with pip download --no-deps and reads their file lists), "
+            "or audit where they are installed beside torch (--torch-lib DIR of that site-packages).",
             "dependency-unknown"))
         missing_libs = [n for n in missing_libs if n not in maybe]
         left_to_missing = [] if not missing_libs else left_to_missing

@@ -1,0 +1,108 @@
+"""A wheel's declared dependencies where the audit runs: which are not installed (a needed library none of the
+wheel's, torch's or the platform's may then be theirs: unknown, not missing), and, behind
+`kiln audit --fetch-dependencies`, their wheels downloaded (`pip download --no-deps`) and their file lists read,
+so that whether one ships the library, and where it installs it, is known instead."""
+
+from __future__ import annotations
+
+import posixpath
+import re
+import subprocess
+import sys
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import AuditInputError
+
+# name-1.0.data/platlib/x and .../purelib/x install to site-packages/x; other .data folders (scripts, headers,
+# data) install outside it, where no RUNPATH of a package's library points.
+_DATA_LIB = re.compile(r"^[^/]+\.data/(?:platlib|purelib)/")
+
+
+@dataclass(frozen=True)
+class ShippedFile:
+    dependency: str  # "name version (Requires-Dist: text)"
+    path: str  # where it installs, relative to site-packages
+
+
+def applicable(requires: tuple[str, ...], arch: str) -> list[tuple[str, str]]:
+    """(canonical name, Requires-Dist text) of the declared dependencies a plain install of the wheel on Linux
+    `arch` pulls in: not torch, not an extra's, markers evaluated for that platform."""
+    from packaging.markers import UndefinedComparison, UndefinedEnvironmentName
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.utils import canonicalize_name
+
+    environment = {"platform_machine": arch, "sys_platform": "linux", "platform_system": "Linux",
+                   "os_name": "posix", "extra": ""}
+    declared: list[tuple[str, str]] = []
+    for text in requires:
+        try:
+            requirement = Requirement(text)
+        except InvalidRequirement:
+            continue
+        name = canonicalize_name(requirement.name)
+        if name == "torch":
+            continue
+        if requirement.marker is not None:
+            if "extra" in str(requirement.marker):
+                continue
+            try:
+                if not requirement.marker.evaluate(environment):
+                    continue
+            except (UndefinedComparison, UndefinedEnvironmentName):
+                pass  # a marker this audit cannot judge: the dependency may be installed with the wheel
+        declared.append((name, text))
+    return declared
+
+
+def uninstalled(requires: tuple[str, ...], arch: str, site: Path | None) -> list[str]:
+    """The Requires-Dist texts of applicable() dependencies not installed in `site` (all of them without one)."""
+    from importlib.metadata import distributions
+
+    from packaging.utils import canonicalize_name
+
+    installed = {canonicalize_name(d.metadata["Name"] or "") for d in distributions(path=[str(site)])} \
+        if site is not None else set()
+    return [text for name, text in applicable(requires, arch) if name not in installed]
+
+
+def _pip_platforms(arch: str, wheel_tags: list[str]) -> list[str]:
+    glibc = [tuple(int(p) for p in m.groups()) for t in wheel_tags if (m := re.search(r"manylinux_(\d+)_(\d+)", t))]
+    major, minor = max(glibc) if glibc else (2, 39)
+    # pip extends a manylinux_X_Y platform to the older manylinux tags itself; linux_<arch> wheels too.
+    return [f"manylinux_{major}_{minor}_{arch}", f"linux_{arch}"]
+
+
+def fetch(texts: list[str], arch: str, python_tag: str | None, wheel_tags: list[str]) -> dict[str, ShippedFile]:
+    """Download each dependency's wheel for this platform (pip download --no-deps --only-binary=:all:) and map
+    every file name it installs into site-packages to where it goes. A dependency pip cannot download is an
+    AuditInputError naming it (the check was asked for: it is never skipped silently)."""
+    shipped: dict[str, ShippedFile] = {}
+    with tempfile.TemporaryDirectory(prefix="kiln-audit-deps-") as tmp:
+        for text in texts:
+            dest = Path(tmp) / str(len(list(Path(tmp).iterdir())))
+            command = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
+                       "--dest", str(dest)]
+            for platform in _pip_platforms(arch, wheel_tags):
+                command += ["--platform", platform]
+            if python_tag and re.fullmatch(r"cp3\d+", python_tag):
+                command += ["--python-version", f"3.{python_tag[3:]}"]
+            proc = subprocess.run([*command, text.split(";")[0].strip()], capture_output=True, text=True)
+            wheels = sorted(dest.glob("*.whl")) if dest.is_dir() else []
+            if proc.returncode != 0 or not wheels:
+                last = (proc.stderr.strip().splitlines() or ["no wheel downloaded"])[-1]
+                raise AuditInputError(f"--fetch-dependencies: pip download --no-deps {text!r} failed: {last}")
+            for wheel in wheels:
+                parts = wheel.name[:-4].split("-")
+                label = f"{parts[0]} {parts[1] if len(parts) > 1 else '?'} (Requires-Dist: {text})"
+                with zipfile.ZipFile(wheel) as archive:
+                    for name in archive.namelist():
+                        if name.endswith("/"):
+                            continue
+                        installed = _DATA_LIB.sub("", name)
+                        if installed == name and name.split("/", 1)[0].endswith(".data"):
+                            continue
+                        shipped.setdefault(posixpath.basename(installed), ShippedFile(label, installed))
+    return shipped
