@@ -13,6 +13,9 @@
        site folder) unless held with the very bytes;
     5. merge the snapshot into it (`kiln index`: append-only, atomic, exactly the audited bytes): with a storage,
        each new wheel is uploaded (never over an existing name), read back by the storage's digest, then listed;
+       with a signer (checked before step 0; a signed published index takes no unsigned release), the next
+       release manifest is signed into SITE beside the published chain and put beside the wheels
+       (kiln_tool.signing, docs/verifying.md);
     6. where the storage can decide between racing writers (a bucket), claim the published state built on; then
        check that the live manifest is still the one built on (else another release deployed meanwhile).
 
