@@ -27,6 +27,7 @@ RUN_BY = {
     "scripts/kiln release": "tests/workflows/test_release_pipeline.py",
     "scripts/kiln torch-runtime": "tests/containers/test_torch_runtime.py",
     "scripts/kiln cibuildwheel": "tests/workflows/test_reusable_workflow.py",
+    "scripts/kiln verify": "tests/signing/test_attacks.py",
     "tools/fetch_published_site.py": "tests/workflows/test_release_pipeline.py",
     "tools/verify_published.py": "tests/index/test_verify_published.py",
     "tools/actionlint/lint.cjs": "tests/workflows/test_workflow_lint.py",
