@@ -91,6 +91,10 @@ def test_the_wheel_check_passes_the_tools_wheel_and_refuses_any_other(tmp_path: 
     renamed.write_bytes(wheel.read_bytes())
     assert _check("wheel", renamed).returncode == 1
     passed = _check("wheel", wheel)
+    for _ in range(2):  # a checkout being edited meanwhile is not a failure of the check: take its wheel again
+        if "is not this checkout's tool" not in passed.stderr:
+            break
+        passed = _check("wheel", kiln_wheel.__wrapped__())  # not the cached one: the tree as it is now
     assert passed.returncode == 0, passed.stdout + passed.stderr
 
 
