@@ -53,8 +53,49 @@ _FLOAT_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 
+# Every op registers the same way, at a cost that does not grow with what torch.library does per call:
+# - _register_fake(qualname) fills the fake-impl registry entry torch.library.register_fake fills (and, as it
+#   does, a Meta kernel), without its per-call caller lookup (inspect reads frames, source and sys.modules:
+#   about 0.2 ms an op).
+# - _register_autograd(qualname, backward, setup_context) registers the op's Autograd kernel now, and builds
+#   the kernel torch.library.register_autograd would have built (an autograd.Function and a dataclass, about
+#   0.8 ms an op) on the op's first call through autograd, once.
+# Where this torch lacks the registry or the builder, both fall back to the public calls.
+
+
 def _register_fake(name: str) -> Callable[[_F], _F]:
-    return cast(Callable[[_F], _F], torch.library.register_fake(name))
+    def register(fn: _F) -> _F:
+        holder = getattr(torch._library.simple_registry.singleton.find(name), "fake_impl", None)
+        if holder is None or not hasattr(holder, "register"):
+            torch.library.register_fake(name, fn, lib=_library_for(name))
+        else:
+            holder.register(fn, f"{__name__}.{fn.__qualname__}", lib=_library_for(name))
+        return fn
+    return register
+
+
+def _register_autograd(name: str, backward: Callable[..., Any], *, setup_context: Callable[..., Any]) -> None:
+    library_autograd: Any = getattr(torch._library, "autograd", None)
+    if not (hasattr(library_autograd, "make_autograd_impl") and hasattr(library_autograd, "Info")):
+        torch.library.register_autograd(name, backward, setup_context=setup_context, lib=_library_for(name))
+        return
+    built: list[Callable[..., Any]] = []
+
+    def kernel(keyset: Any, *args: Any, **kwargs: Any) -> Any:
+        if not built:
+            op = torch._library.utils.lookup_op(name)
+            built.append(library_autograd.make_autograd_impl(op, library_autograd.Info(backward, setup_context)))
+        return built[0](keyset, *args, **kwargs)
+
+    _library_for(name).impl(name.partition("::")[2], kernel, "Autograd", with_keyset=True)  # type: ignore[no-untyped-call]
+
+
+def _library_for(qualname: str) -> torch.library.Library:
+    """The IMPL library of the op's namespace (opkiln's own: _impl_lib), kept alive with the module."""
+    namespace = qualname.partition("::")[0]
+    if namespace not in _impl_libs:
+        _impl_libs[namespace] = torch.library.Library(namespace, "IMPL")  # type: ignore[no-untyped-call]
+    return _impl_libs[namespace]
 
 
 def _check(cond: bool, message: Callable[[], str]) -> None:
@@ -68,6 +109,7 @@ def _check_value(cond: bool, message: Callable[[], str]) -> None:
 
 # Python kernels of the opkiln ops (autocast, the quantized refusal); kept alive with the module.
 _impl_lib = torch.library.Library("opkiln", "IMPL")  # type: ignore[no-untyped-call]
+_impl_libs = {"opkiln": _impl_lib}
 
 _AUTOCAST_KEYS = {"cpu": "AutocastCPU", "cuda": "AutocastCUDA"}
 
@@ -148,7 +190,7 @@ def _weighted_sum_backward(ctx: Any, grad: Tensor) -> tuple[Tensor, Tensor, None
     return grad * ctx.alpha, grad * (1.0 - ctx.alpha), None
 
 
-torch.library.register_autograd(
+_register_autograd(
     "opkiln::weighted_sum", _weighted_sum_backward, setup_context=_weighted_sum_setup
 )
 
@@ -213,7 +255,7 @@ def _rms_norm_backward(ctx: Any, grad_y: Tensor, grad_rstd: Tensor | None) -> tu
     return (grad_x if need_x else None), (grad_w if need_w else None), None
 
 
-torch.library.register_autograd(
+_register_autograd(
     "opkiln::_rms_norm_forward", _rms_norm_backward, setup_context=_rms_norm_setup
 )
 
@@ -228,7 +270,7 @@ def _rms_norm_double_backward(ctx: Any, grad_dx: Tensor, grad_dw: Tensor) -> tup
     raise RuntimeError("opkiln.rms_norm: double backward (a gradient of the gradient) is not supported")
 
 
-torch.library.register_autograd(
+_register_autograd(
     "opkiln::_rms_norm_backward", _rms_norm_double_backward, setup_context=_no_setup
 )
 
@@ -474,7 +516,7 @@ def _roi_align_backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
     return grad_input, None, None, None, None, None, None
 
 
-torch.library.register_autograd("opkiln::roi_align", _roi_align_backward, setup_context=_roi_align_setup)
+_register_autograd("opkiln::roi_align", _roi_align_backward, setup_context=_roi_align_setup)
 _register_autocast_cast_back("roi_align")
 _refuse_quantized("roi_align", "opkiln.roi_align(input.dequantize(), boxes.dequantize(), ...), then "
                                "torch.quantize_per_tensor(result, input.q_scale(), input.q_zero_point(), input.dtype)")
@@ -485,7 +527,7 @@ def _roi_align_double_backward(ctx: Any, grad: Tensor) -> tuple[None, ...]:
     raise RuntimeError("opkiln.roi_align: double backward (a gradient of the gradient) is not supported")
 
 
-torch.library.register_autograd(
+_register_autograd(
     "opkiln::_roi_align_backward", _roi_align_double_backward, setup_context=_no_setup
 )
 
@@ -566,7 +608,7 @@ def _roi_pool_backward(ctx: Any, grad: Tensor, grad_argmax: Tensor | None) -> tu
     return grad_input, None, None, None, None
 
 
-torch.library.register_autograd("opkiln::roi_pool", _roi_pool_backward, setup_context=_roi_pool_setup)
+_register_autograd("opkiln::roi_pool", _roi_pool_backward, setup_context=_roi_pool_setup)
 _register_autocast_cast_back("roi_pool")
 _refuse_quantized("roi_pool", "opkiln.roi_pool(input.dequantize(), boxes.dequantize(), ...), then "
                               "torch.quantize_per_tensor(result, input.q_scale(), input.q_zero_point(), input.dtype)")
@@ -577,7 +619,7 @@ def _roi_pool_double_backward(ctx: Any, *grads: Tensor) -> tuple[None, ...]:
     raise RuntimeError("opkiln.roi_pool: double backward (a gradient of the gradient) is not supported")
 
 
-torch.library.register_autograd("opkiln::_roi_pool_backward", _roi_pool_double_backward, setup_context=_no_setup)
+_register_autograd("opkiln::_roi_pool_backward", _roi_pool_double_backward, setup_context=_no_setup)
 
 
 # ---------------------------------------------------------------------------- ps_roi_align, ps_roi_pool
@@ -713,8 +755,8 @@ def _register_position_sensitive(name: str) -> None:
 
     _register_fake(f"opkiln::{name}")(forward_fake)
     _register_fake(f"opkiln::{backward_name}")(backward_fake)
-    torch.library.register_autograd(f"opkiln::{name}", backward, setup_context=setup)
-    torch.library.register_autograd(f"opkiln::{backward_name}", double_backward, setup_context=_no_setup)
+    _register_autograd(f"opkiln::{name}", backward, setup_context=setup)
+    _register_autograd(f"opkiln::{backward_name}", double_backward, setup_context=_no_setup)
     _register_autocast_cast_back(name)
     _refuse_quantized(name, f"opkiln.{name}(input.dequantize(), boxes.dequantize(), ...)")
 
@@ -826,10 +868,9 @@ def _deform_conv2d_shape(input: Tensor, weight: Tensor, offset: Tensor, mask: Te
     def differs(name: str, mine: object, theirs: object) -> Callable[[], str]:
         return lambda: f"opkiln::{op}: input is {mine} but {name} is {theirs}"
 
-    for name, t in (("weight", weight), ("offset", offset), ("mask", mask), ("bias", bias)):
-        _check(t.dtype == input.dtype, differs(name, input.dtype, t.dtype))
+    others = (("weight", weight), ("offset", offset), ("mask", mask), ("bias", bias))
+    for name, t in others:  # devices, shapes, then dtypes: the kernel's (and torchvision's) order
         _check(t.device == input.device, differs(name, f"on {input.device}", f"on {t.device}"))
-    _check(input.dtype in _FLOAT_DTYPES, lambda: f"opkiln::{op}: input must be a floating dtype, got {input.dtype}")
     _check(input.dim() == 4 and weight.dim() == 4 and offset.dim() == 4 and (not use_mask or mask.dim() == 4),
            lambda: f"opkiln::{op}: input, weight, offset (and mask) must have 4 dimensions")
     kh, kw = weight.shape[2], weight.shape[3]
@@ -851,6 +892,9 @@ def _deform_conv2d_shape(input: Tensor, weight: Tensor, offset: Tensor, mask: Te
            and (not use_mask or (mask.shape[2] == out_h and mask.shape[3] == out_w)),
            lambda: f"opkiln::{op}: offset (and mask) output dims differ from ({out_h}, {out_w})")
     _check(out_h > 0 and out_w > 0, lambda: f"opkiln::{op}: Calculated output size too small")
+    for name, t in others:
+        _check(t.dtype == input.dtype, differs(name, input.dtype, t.dtype))
+    _check(input.dtype in _FLOAT_DTYPES, lambda: f"opkiln::{op}: input must be a floating dtype, got {input.dtype}")
     return input.shape[0], weight.shape[0], out_h, out_w
 
 
@@ -891,7 +935,7 @@ def _deform_conv2d_double_backward(ctx: Any, *grads: Tensor) -> tuple[None, ...]
     raise RuntimeError("opkiln.deform_conv2d: double backward (a gradient of the gradient) is not supported")
 
 
-torch.library.register_autograd("opkiln::deform_conv2d", _deform_conv2d_backward, setup_context=_deform_conv2d_setup)
-torch.library.register_autograd("opkiln::_deform_conv2d_backward", _deform_conv2d_double_backward,
-                                setup_context=_no_setup)
+_register_autograd("opkiln::deform_conv2d", _deform_conv2d_backward, setup_context=_deform_conv2d_setup)
+_register_autograd("opkiln::_deform_conv2d_backward", _deform_conv2d_double_backward,
+                   setup_context=_no_setup)
 _register_autocast_cast_back("deform_conv2d")

@@ -858,9 +858,9 @@ def _call_disagreements(where: str, node: ast.Call, schemas: dict[str, _Def]) ->
 
 def _autograd_disagreements(where: str, node: ast.Call, schemas: dict[str, _Def],
                             functions: dict[str, ast.FunctionDef]) -> list[str]:
-    """register_autograd("opkiln::OP", backward, setup_context=setup): backward takes a gradient per output of
+    """_register_autograd("opkiln::OP", backward, setup_context=setup): backward takes a gradient per output of
     OP and returns one per argument; setup unpacks `inputs` into OP's arguments."""
-    if ast.unparse(node.func) != "torch.library.register_autograd" or len(node.args) < 2:
+    if ast.unparse(node.func) not in ("_register_autograd", "torch.library.register_autograd") or len(node.args) < 2:
         return []
     d = schemas.get((_literal(node.args[0]) or "").removeprefix(f"{NAMESPACE}::"))
     backward = functions.get(getattr(node.args[1], "id", ""))

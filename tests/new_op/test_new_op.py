@@ -68,8 +68,10 @@ def test_writes_the_documented_files(checkout: Path, capsys: pytest.CaptureFixtu
     last_bullet = expected.index("\n\n", expected.index("- ``roi_align(")) + 1
     assert ops_py.startswith(expected[:last_bullet] + bullet + expected[last_bullet:])
     for needle in ('def demo_op(x: Tensor) -> Tensor:', '@_register_fake("opkiln::demo_op")',
-                   'torch.library.register_autograd("opkiln::demo_op"'):
+                   '_register_autograd("opkiln::demo_op"'):
         assert needle in ops_py
+    section = ops_py[len(expected) + len(bullet):]
+    assert 'torch.library.register_autograd("' not in section  # the per-op pattern: built on first use
     ast.parse((checkout / "tests" / "ops" / "test_demo_op.py").read_text())
 
 
@@ -161,9 +163,9 @@ def test_a_schema_with_a_backward_scaffolds_every_piece(checkout: Path) -> None:
     ops_py = (checkout / "python" / "opkiln" / "ops.py").read_text()
     for needle in ["def pool_demo(input: Tensor, rois: Tensor, spatial_scale: float, pooled_height: int,",
                    '@_register_fake("opkiln::_pool_demo_backward")',
-                   'torch.library.register_autograd("opkiln::pool_demo", _pool_demo_backward, '
+                   '_register_autograd("opkiln::pool_demo", _pool_demo_backward, '
                    "setup_context=_pool_demo_setup)",
-                   'torch.library.register_autograd("opkiln::_pool_demo_backward", _pool_demo_double_backward,',
+                   '_register_autograd("opkiln::_pool_demo_backward", _pool_demo_double_backward,',
                    "- ``pool_demo(input, rois, spatial_scale, pooled_height, pooled_width)``: TODO(pool_demo)"]:
         assert needle in ops_py, needle
     test = (checkout / "tests" / "ops" / "test_pool_demo.py").read_text()
