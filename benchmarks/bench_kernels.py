@@ -369,6 +369,24 @@ def nms_call(nms: Callable[..., torch.Tensor]) -> Callable[[], object]:
     return lambda: nms(boxes, scores, 0.5)
 
 
+DEFORM_SHAPE = "2x256x64x64 3x3 pad 1, 1 offset group, mask"
+
+
+def deform_call(op: Callable[..., torch.Tensor], kind: str) -> Callable[[], object]:
+    """deform_conv2d at the issue's shape (batch 2, 256 -> 256 channels, 64x64, 3x3, one offset group, with a
+    mask: DCN v2), offsets of about 2 pixels; or it and the backward of its sum into all five inputs."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 256, 64, 64, generator=g)
+    offset = torch.randn(2, 18, 64, 64, generator=g) * 2
+    mask = torch.rand(2, 9, 64, 64, generator=g)
+    weight = torch.randn(256, 256, 3, 3, generator=g) * 0.02
+    bias = torch.randn(256, generator=g)
+    if kind == "fwd":
+        return lambda: op(x, offset, weight, bias, padding=(1, 1), mask=mask)
+    xs = [t.clone().requires_grad_(True) for t in (x, offset, weight, bias, mask)]
+    return lambda: torch.autograd.grad(op(xs[0], xs[1], xs[2], xs[3], padding=(1, 1), mask=xs[4]).sum(), xs)
+
+
 def row(op: str, shape: str, threads: int, kind: str, timing: tuple[float, float, float, float]) -> dict[str, Any]:
     ours_ms, tv_ms, ratio, best_ratio = timing
     print(f"  {op + ' ' + shape + f' ({threads} thr)':62s} {kind:8s} opkiln {ours_ms:9.3f} ms  torchvision "
@@ -380,7 +398,8 @@ def row(op: str, shape: str, threads: int, kind: str, timing: tuple[float, float
 def print_table(table: list[dict[str, Any]], loads: tuple[tuple[float, ...], tuple[float, ...]]) -> None:
     """The whole RoI family + nms table in one piece: median times, the median of the per-round ratios (the
     figure the target reads) and the ratio of the best times, with the load average before and after."""
-    print(f"\nRoI family + nms beside torchvision on the CPU (target <= {ROI_FAMILY_TARGET}x; load average "
+    print(f"\nRoI family + nms + deform_conv2d beside torchvision on the CPU (target <= {ROI_FAMILY_TARGET}x; "
+          f"load average "
           f"{' '.join(f'{v:.2f}' for v in loads[0])} before, {' '.join(f'{v:.2f}' for v in loads[1])} after)")
     print(f"  {'op':13s} {'shape':38s} {'thr':>3s} {'pass':8s} {'opkiln ms':>10s} {'tv ms':>10s} {'ratio':>6s} "
           f"{'best':>6s}  met")
@@ -424,11 +443,19 @@ def bench_roi_family(report: Report, iters: int, threads: list[int]) -> list[dic
                                  max_abs_error=err)
             table.append(row("nms", "10k boxes, iou 0.5", t, "fwd",
                              time_interleaved(nms_call(opkiln.nms), nms_call(tv_ops.nms), iters)))
+            for kind in ("fwd", "fwd+bwd"):
+                table.append(row("deform_conv2d", DEFORM_SHAPE, t, kind,
+                                 time_interleaved(deform_call(opkiln.ops.deform_conv2d, kind),
+                                                  deform_call(tv_ops.deform_conv2d, kind), iters)))
+            err = (deform_call(opkiln.ops.deform_conv2d, "fwd")() - deform_call(tv_ops.deform_conv2d, "fwd")())
+            report.check(f"deform_conv2d ({t} thr) fwd max abs error vs torchvision", err.abs().max().item() < 1e-3,
+                         max_abs_error=err.abs().max().item())
     finally:
         torch.set_num_threads(saved)
     print_table(table, (load_before, os.getloadavg()))
     met = [r for r in table if r["ratio"] <= ROI_FAMILY_TARGET]
-    report.check(f"RoI family + nms <= {ROI_FAMILY_TARGET}x torchvision's CPU time", len(met) == len(table),
+    report.check(f"RoI family + nms + deform_conv2d <= {ROI_FAMILY_TARGET}x torchvision's CPU time",
+                 len(met) == len(table),
                  met=len(met), rows=len(table),
                  missed=[f"{r['op']} {r['shape']} {r['threads']}thr {r['pass']} {r['ratio']}x" for r in table
                          if r["ratio"] > ROI_FAMILY_TARGET])
@@ -446,7 +473,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile baselines")
     parser.add_argument("--quick", action="store_true", help="small sizes on any device (smoke test)")
     parser.add_argument("--roi-family", action="store_true",
-                        help="only the RoI family + nms table beside torchvision on the CPU, at --threads")
+                        help="only the RoI family + nms + deform_conv2d table beside torchvision on the CPU, "
+                             "at --threads")
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2], help="thread counts of the RoI table")
     args = parser.parse_args(argv)
     device = args.device

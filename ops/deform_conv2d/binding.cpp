@@ -35,12 +35,9 @@ Conv check(const Tensor& input, const Tensor& weight, const Tensor& offset, cons
            bool use_mask, DeviceType device, const char* op) {
   const std::pair<const Tensor*, const char*> args[] = {
       {&input, "input"}, {&weight, "weight"}, {&offset, "offset"}, {&mask, "mask"}, {&bias, "bias"}};
-  for (const auto& [t, name] : args) {
-    check_same_device(input, *t, op, "input", name);
-    check_same_dtype(input, *t, op, "input", name);
-  }
+  // Devices first, then shapes, then dtypes: torchvision's order (a shape error names the shape).
+  for (const auto& [t, name] : args) check_same_device(input, *t, op, "input", name);
   check_device(input, device, op, "input");
-  const ScalarKind kind = float_kind(input, op, "input");
   for (const auto& [t, name] : {args[0], args[1], args[2]}) {
     OPKILN_CHECK(t->dim() == 4, "opkiln::", op, ": ", name, " must have 4 dimensions, got ", sizes(*t));
   }
@@ -86,7 +83,8 @@ Conv check(const Tensor& input, const Tensor& weight, const Tensor& offset, cons
                ") - computed output dims: (", g.out_h, ", ", g.out_w, ")");
   OPKILN_CHECK(g.out_h > 0 && g.out_w > 0, "opkiln::", op, ": Calculated output size too small - out_h: ", g.out_h,
                " out_w: ", g.out_w);
-  return {g, groups, weight.size(0), kind};
+  for (const auto& [t, name] : args) check_same_dtype(input, *t, op, "input", name);
+  return {g, groups, weight.size(0), float_kind(input, op, "input")};
 }
 
 // The pointer `items` elements of t's dtype past p (a block's first image).

@@ -11,7 +11,7 @@ before test_ops.py is imported:
 
 - replaces the functions and classes of ``torchvision.ops`` (and of the submodules that define and
   use them) by opkiln's: nms, batched_nms, roi_align, RoIAlign, roi_pool, RoIPool, ps_roi_align,
-  PSRoIAlign, ps_roi_pool, PSRoIPool;
+  PSRoIAlign, ps_roi_pool, PSRoIPool, deform_conv2d, DeformConv2d;
 - points the opcheck tests that test_ops.py generates (``optests.generate_opcheck_tests``) at the
   ``opkiln`` namespace instead of ``torchvision``, so that they check opkiln's registered ops
   (test_ops.py calls no ``torch.ops.torchvision.<op>`` directly);
@@ -50,16 +50,19 @@ CLASSES: dict[str, str] = {
     "RoIPool": "TestRoiPool",
     "PSRoIAlign": "TestPSRoIAlign",
     "PSRoIPool": "TestPSRoIPool",
+    "DeformConv": "TestDeformConv",
 }
 
 # The names of torchvision.ops that opkiln.ops replaces, and the torchvision submodules that bind them.
 SUBSTITUTED = ("nms", "batched_nms", "roi_align", "RoIAlign", "roi_pool", "RoIPool", "ps_roi_align", "PSRoIAlign",
-               "ps_roi_pool", "PSRoIPool")
+               "ps_roi_pool", "PSRoIPool", "deform_conv2d", "DeformConv2d")
 SUBMODULES = ("torchvision.ops", "torchvision.ops.boxes", "torchvision.ops.roi_align", "torchvision.ops.roi_pool",
-              "torchvision.ops.ps_roi_align", "torchvision.ops.ps_roi_pool", "torchvision.ops.poolers")
+              "torchvision.ops.ps_roi_align", "torchvision.ops.ps_roi_pool", "torchvision.ops.poolers",
+              "torchvision.ops.deform_conv")
 # torchvision's registered ops of those families, whose kernels are blocked while the suite runs.
 TORCHVISION_OPS = ("nms", "roi_align", "_roi_align_backward", "roi_pool", "_roi_pool_backward", "ps_roi_align",
-                   "_ps_roi_align_backward", "ps_roi_pool", "_ps_roi_pool_backward")
+                   "_ps_roi_align_backward", "ps_roi_pool", "_ps_roi_pool_backward", "deform_conv2d",
+                   "_deform_conv2d_backward")
 BLOCKED_KEYS = ("CPU", "QuantizedCPU", "Meta")
 
 # Tests (node id pattern, after the file name) that fail because opkiln deliberately differs from
