@@ -22,9 +22,14 @@ Operators (all in the ``torch.ops.opkiln`` namespace, schemas in ops/<op>/bindin
   position-sensitive kernels, returning ``(output, channel_mapping)``; autograd here calls
   ``_ps_roi_align_backward`` / ``_ps_roi_pool_backward`` (differentiable in ``input``; no double
   backward). One registration serves both (``_register_position_sensitive``).
+- ``deform_conv2d(input, weight, offset, mask, bias, stride_h, stride_w, pad_h, pad_w, dilation_h,
+  dilation_w, groups, offset_groups, use_mask)``: torchvision's deformable convolution; autograd here
+  calls ``_deform_conv2d_backward``, which returns the gradients of input, weight, offset, mask and
+  bias at once (no double backward).
 
 The detection ops' Python API (``nms``, ``batched_nms``, ``roi_align``, ``RoIAlign``, ``roi_pool``,
-``RoIPool``, ``ps_roi_align``, ``PSRoIAlign``, ``ps_roi_pool``, ``PSRoIPool``) takes exactly
+``RoIPool``, ``ps_roi_align``, ``PSRoIAlign``, ``ps_roi_pool``, ``PSRoIPool``, ``deform_conv2d``,
+``DeformConv2d``) takes exactly
 ``torchvision.ops``' signatures and input forms, so ``from opkiln import ops`` can stand in for
 ``from torchvision import ops`` for these names; the registered ops keep their schemas. The
 functional forms are ``torch.fx.wrap``-ped, as torchvision's are: a symbolic trace of a model using
