@@ -27,6 +27,7 @@ import hashlib
 import os
 import shutil
 import statistics
+import struct
 import subprocess
 import sys
 import tempfile
@@ -58,8 +59,59 @@ def _library(work: Path, name: str, blob_bytes: int) -> bytes:
     return out.read_bytes()
 
 
-def build_wheel(work: Path, size_mb: int) -> Path:
-    files = {f"big/big{SUFFIX}": _library(work, "big.so", size_mb << 20)}
+def _shaped_library(work: Path, total_mb: int) -> bytes:
+    """A library large in every way a section can be (issue 44), assembled from generated data (as + .incbin,
+    never 1 GB of C) and one small compile unit with debug info: a .symtab/.strtab of 400k symbols with
+    80-character names (40k of them exported, so .dynsym/.dynstr too), .rodata with build-machine paths every
+    64 KiB among random bytes, a .debug_str of null-terminated strings after the unit's own, an .nv_fatbin
+    container of cubin entries, and 3000 small sections; the three big sections share what the symbols (about
+    45 MB) leave of `total_mb`."""
+    share = max(1 << 20, ((total_mb << 20) - (45 << 20)) // 3)
+    rodata = bytearray(os.urandom(share))
+    for at in range(0, share - 256, 1 << 16):
+        path = f"/home/ci/build/src/kernel_{at}.cpp\0".encode()
+        rodata[at:at + len(path)] = path
+    (work / "rodata.bin").write_bytes(rodata)
+    del rodata
+    line = b"".join(f"debug string {i:08d} of a generated compile unit\0".encode() for i in range(1024))
+    with open(work / "debug.bin", "wb") as out:
+        for _ in range(share // len(line)):
+            out.write(line)
+    entry_payload = 1 << 20
+    entries = share // (entry_payload + 64)
+    with open(work / "fatbin.bin", "wb") as out:
+        out.write(struct.pack("<IHHQ", 0xBA55ED50, 1, 16, entries * (entry_payload + 64)))
+        for i in range(entries):
+            header = bytearray(64)
+            struct.pack_into("<HHIQ", header, 0, 2, 0x101, 64, entry_payload)
+            struct.pack_into("<I", header, 0x1C, (80, 90, 100, 120)[i % 4])
+            out.write(bytes(header) + os.urandom(entry_payload))
+    asm = [f'.section .rodata,"a"\n.incbin "{work / "rodata.bin"}"',
+           f'.section .debug_str,"",@progbits\n.incbin "{work / "debug.bin"}"',  # not "MS": ld would merge them
+           f'.section .nv_fatbin,"a"\n.balign 8\n.incbin "{work / "fatbin.bin"}"',
+           '.text\n.globl PyInit_big\n.type PyInit_big,@function\nPyInit_big:\n xor %eax,%eax\n ret']
+    asm += [f'.section .kiln_small_{i},"a"\n.byte {i % 256}' for i in range(3000)]
+    symbols = [".data"]
+    for i in range(400_000):
+        name = f"kiln_generated_symbol_{i:08d}_" + "x" * 48
+        symbols.append(f".globl {name}\n" + ("" if i % 10 == 0 else f".hidden {name}\n") + f"{name}:\n.byte 0")
+    (work / "shaped.s").write_text("\n".join(asm + symbols) + "\n")
+    # A compile unit with real debug info first: its .debug_info is small and valid, and the generated
+    # .debug_str follows its own strings, so reading its DWARF means reading all of them.
+    (work / "unit.c").write_text("int kiln_debug_unit(int x) { return x + 1; }\n")
+    subprocess.run(["gcc", "-g", "-O1", "-fPIC", "-c", "-o", str(work / "unit.o"), str(work / "unit.c")], check=True)
+    out_path = work / "shaped.so"
+    subprocess.run(["gcc", "-shared", "-nostdlib", "-Wl,-z,noexecstack", "-Wl,--enable-new-dtags",
+                    "-Wl,-rpath,$ORIGIN", "-o", str(out_path), str(work / "unit.o"), str(work / "shaped.s")],
+                   check=True)
+    for name in ("rodata.bin", "debug.bin", "fatbin.bin", "shaped.s", "unit.c", "unit.o"):
+        (work / name).unlink()
+    return out_path.read_bytes()
+
+
+def build_wheel(work: Path, size_mb: int, shaped: bool = False) -> Path:
+    main = _shaped_library(work, size_mb) if shaped else _library(work, "big.so", size_mb << 20)
+    files = {f"big/big{SUFFIX}": main}
     for i in range(3):
         files[f"big/libsmall{i}.so"] = _library(work, f"small{i}.so", 0)
     files["big/__init__.py"] = b""
@@ -73,7 +125,7 @@ def build_wheel(work: Path, size_mb: int) -> Path:
         lines.append(f"{name},sha256={digest},{len(data)}")
     files[f"{dist}/RECORD"] = ("\n".join([*lines, f"{dist}/RECORD,,"]) + "\n").encode()
     wheel = work / f"big-1.0-{tag}-{tag}-linux_x86_64.whl"
-    with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as zf:
+    with zipfile.ZipFile(wheel, "w", zipfile.ZIP_STORED if shaped else zipfile.ZIP_DEFLATED, compresslevel=1) as zf:
         for name, data in files.items():
             zf.writestr(name, data)
     return wheel
@@ -133,6 +185,10 @@ def main() -> int:
     parser.add_argument("--wheel", type=Path, action="append", default=[])
     parser.add_argument("--corpus", action="store_true", help="the real-wheel corpus and a >= 400 MB library")
     parser.add_argument("--big", type=Path, default=None, help="the wheel with a library of at least 400 MB")
+    parser.add_argument("--build-into", type=Path, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--shaped", action="store_true", help="the built library is large in every way a section "
+                        "can be (symbol and string tables, .rodata, debug, fatbin, many small sections; issue 44): "
+                        "use with --size-mb 1100 for the >= 1 GB case")
     args = parser.parse_args()
     auditwheel = _auditwheel()
     if auditwheel is None:
@@ -140,7 +196,16 @@ def main() -> int:
         return 2
     with tempfile.TemporaryDirectory(prefix="bench-audit-") as tmp:
         wheels = args.wheel + (corpus_wheels(args.big) if args.corpus else [])
-        wheels = wheels or [build_wheel(Path(tmp), args.size_mb)]
+        if args.build_into is not None:
+            print(build_wheel(args.build_into, args.size_mb, args.shaped))
+            return 0
+        if not wheels:
+            # Built by another process: a child's peak RSS (wait4) starts from its parent's resident size at fork,
+            # so the measuring process never holds the library's bytes.
+            built = subprocess.run([sys.executable, __file__, "--build-into", tmp, "--size-mb", str(args.size_mb),
+                                    *(["--shaped"] if args.shaped else [])], check=True, capture_output=True,
+                                   text=True)
+            wheels = [Path(built.stdout.strip().splitlines()[-1])]
         table: list[str] = []
         for wheel in wheels:
             runs: dict[str, list[tuple[float, float, int]]] = {"kiln audit": [], "auditwheel show": []}

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from kiln_tool.audit import CheckResult, audit_paths
 from kiln_tool.audit import elf as audit_elf
 from kiln_tool.audit import policy as audit_policy
+from kiln_tool.audit.checks.build_paths import dwarf_bytes
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc is needed")
 
@@ -267,16 +268,23 @@ def big_debug_info(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_debug_info_over_the_policys_limit_is_not_read(big_debug_info: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     lib = big_debug_info
-    _, _offset, size = _section(lib, ".debug_info")
-    assert size >> 20 == 2
+    _, _offset, info_size = _section(lib, ".debug_info")
+    assert info_size >> 20 == 2
+    opened = audit_elf.ElfLibrary.open(lib)
+    try:
+        size = dwarf_bytes(opened)  # .debug_info and every section read with it (.debug_str, .eh_frame...)
+    finally:
+        opened.close()
+    assert size > info_size
     assert _one(lib).detail == (f"{lib} embeds 1 path(s) ('/srv/kilnbig/libbig.so.c' in {DWARF}) of the build "
                                 "machine's source or build tree.")
     for name in audit_policy.available_policies():
         policy = audit_policy.load_policy(name)
         monkeypatch.setitem(audit_policy._CACHE, name,
                             replace(policy, build_paths=replace(policy.build_paths, max_dwarf_bytes=size - 1)))
-    assert _one(lib).detail == ("no build-machine paths (its 2 MiB of .debug_info were not read (more than the "
-                                "policy's max_dwarf_bytes): only their strings were searched)")
+    assert _one(lib).detail == (f"no build-machine paths (its {size >> 20} MiB of DWARF (.debug_info and the "
+                                "sections read with it) were not read (more than the policy's max_dwarf_bytes): "
+                                "only their strings were searched)")
     for name in audit_policy.available_policies():
         policy = audit_policy.load_policy(name)
         monkeypatch.setitem(audit_policy._CACHE, name,

@@ -122,14 +122,33 @@ def manifest(entries: list[FatbinEntry]) -> ArchManifest:
                         ptx=tuple(sorted({e.arch for e in entries if e.kind == "ptx"})))
 
 
-def payload(data: Data, entry: FatbinEntry) -> bytes:
-    """The entry's payload, decompressed when nvcc compressed it (zstd)."""
+def payload_windows(data: Data, entry: FatbinEntry, window: int, overlap: int) -> Iterator[tuple[bytes, int | None]]:
+    """The entry's payload, decompressed when compressed, as (chunk, owned_until) pieces of at most
+    window + overlap bytes: each chunk starts with the last `overlap` bytes of the one before, so a match of
+    fewer than `overlap` bytes is seen whole; it belongs to the chunk it starts in before owned_until (None:
+    the last chunk). Memory stays bounded by the window whatever the payload's size (a compressed PTX
+    entry can decompress to hundreds of MB)."""
     raw = data[entry.offset:entry.offset + entry.size]
-    if not entry.compressed:
-        return bytes(raw)
-    import zstandard  # lazy: only libraries with compressed device code need it
+    pieces: Iterator[bytes]
+    if entry.compressed:
+        import zstandard  # lazy: only libraries with compressed device code need it
 
-    try:
-        return bytes(zstandard.ZstdDecompressor().decompressobj().decompress(raw))
-    except zstandard.ZstdError as exc:
-        raise FatbinError(f"{entry.name} payload at {entry.offset:#x} does not decompress: {exc}") from exc
+        def decompressed() -> Iterator[bytes]:
+            try:
+                for piece in zstandard.ZstdDecompressor().read_to_iter(raw, read_size=1 << 20, write_size=window):
+                    if piece:  # an empty piece is no end: the loop below stops at the first empty one
+                        yield bytes(piece)
+            except zstandard.ZstdError as exc:
+                raise FatbinError(f"{entry.name} payload at {entry.offset:#x} does not decompress: {exc}") from exc
+
+        pieces = decompressed()
+    else:
+        pieces = (bytes(raw[at:at + window]) for at in range(0, len(raw), window))
+    tail = b""
+    piece = next(pieces, b"")
+    while piece:
+        following = next(pieces, b"")
+        chunk = tail + piece
+        yield chunk, (len(chunk) - overlap if following else None)
+        tail = chunk[-overlap:] if overlap else b""
+        piece = following

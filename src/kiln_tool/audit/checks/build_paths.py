@@ -23,7 +23,7 @@ from elftools.construct import ConstructError
 
 from .. import fatbin
 from ..context import LibraryContext
-from ..elf import CORRUPT_ELF_ERRORS, SCAN_OVERLAP, Buffer
+from ..elf import CORRUPT_ELF_ERRORS, SCAN_OVERLAP, SCAN_WINDOW, Buffer, ElfLibrary
 from ..policy import BuildPathRule
 from ..report import CheckResult, failed, passed
 
@@ -92,9 +92,10 @@ def check_build_paths(ctx: LibraryContext) -> list[CheckResult]:
             base = ctx.lib.section_offset(".nv_fatbin")
             released = 0
             for entry in fatbin.iter_entries(fatbin_data):
-                if entry.compressed:
-                    for _, path, kind in find_build_paths(fatbin.payload(fatbin_data, entry), rule):
-                        found[kind].setdefault(path, set()).add(f".nv_fatbin {entry.name}")
+                if entry.compressed:  # read decompressed, window by window: never the whole payload at once
+                    for chunk, owned_until in fatbin.payload_windows(fatbin_data, entry, SCAN_WINDOW, SCAN_OVERLAP):
+                        for _, path, kind in find_build_paths(chunk, rule, before=owned_until):
+                            found[kind].setdefault(path, set()).add(f".nv_fatbin {entry.name}")
                 if base is not None:  # the pages of what was read go (a big library's device code is GBs)
                     ctx.lib.release(base + released, entry.offset + entry.size - released)
                     released = entry.offset + entry.size
@@ -144,6 +145,24 @@ def _prebuilt_note(paths: dict[str, set[str]]) -> str:
             "project's and were not counted")
 
 
+# What pyelftools' get_dwarf_info reads into memory whole, each of them (elffile.py), also as .zdebug_*.
+_DWARF_SECTIONS = (".debug_info", ".debug_aranges", ".debug_abbrev", ".debug_str", ".debug_line", ".debug_frame",
+                   ".debug_loc", ".debug_ranges", ".debug_pubtypes", ".debug_pubnames", ".debug_addr",
+                   ".debug_str_offsets", ".debug_line_str", ".debug_loclists", ".debug_rnglists", ".debug_sup",
+                   ".gnu_debugaltlink", ".debug_types")
+
+
+def dwarf_bytes(lib: ElfLibrary) -> int:
+    """The bytes reading the DWARF puts in memory: every section pyelftools loads with .debug_info, decompressed
+    (SHF_COMPRESSED and .zdebug_* at their uncompressed size), and .eh_frame."""
+    total = 0
+    for name in (*_DWARF_SECTIONS, *(f".z{n[1:]}" for n in _DWARF_SECTIONS), ".eh_frame"):
+        section = lib.elf.get_section_by_name(name)
+        if section is not None and section["sh_type"] != "SHT_NOBITS":
+            total += int(getattr(section, "data_size", section["sh_size"]))
+    return total
+
+
 def _dwarf_paths(ctx: LibraryContext, rule: BuildPathRule, found: dict[str, dict[str, set[str]]]) -> str:
     """Source paths named by debug info: DW_AT_comp_dir joined with a relative DW_AT_name, per compile
     unit (the joined path appears nowhere as a string). Returns a note when the DWARF was not read."""
@@ -151,9 +170,10 @@ def _dwarf_paths(ctx: LibraryContext, rule: BuildPathRule, found: dict[str, dict
     section = elf.get_section_by_name(".debug_info")
     if section is None or section["sh_type"] == "SHT_NOBITS":
         return ""
-    if int(section["sh_size"]) > rule.max_dwarf_bytes:
-        return (f"its {int(section['sh_size']) >> 20} MiB of .debug_info were not read (more than the policy's "
-                "max_dwarf_bytes): only their strings were searched")
+    total = dwarf_bytes(ctx.lib)
+    if total > rule.max_dwarf_bytes:
+        return (f"its {total >> 20} MiB of DWARF (.debug_info and the sections read with it) were not read (more "
+                "than the policy's max_dwarf_bytes): only their strings were searched")
     try:
         dwarf = elf.get_dwarf_info(relocate_dwarf_sections=False)
         for unit in dwarf.iter_CUs():
