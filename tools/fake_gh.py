@@ -7,7 +7,8 @@ calls kiln and release.yml make, the way gh answers them, and refuses everything
   gh release view TAG --repo R [--json assets]   assets: name, size, digest (sha256:...), state, url
   gh release create TAG --repo R [...]            a new, empty release
   gh release upload TAG FILE... --repo R          never over an existing name (gh without --clobber)
-  gh release list ... --json tagName --jq ...      prints $FAKE_EARLIER_RELEASES
+  gh release list ... --json tagName --jq ...      prints $FAKE_EARLIER_RELEASES (with --jq '.[].tagName':
+                                                   that many other tags, one a line)
   gh release list --repo R --json tagName [...]   every release's tag (JSON), as gh prints it
   gh api repos/R/pages --jq .html_url              prints $FAKE_PAGES_URL
 
@@ -100,7 +101,11 @@ def main(argv: list[str]) -> int:
             tags = sorted(p.name for p in where.iterdir()) if where.is_dir() else []
             print(json.dumps([{"tagName": tag} for tag in tags]))
             return 0
-        print(os.environ.get("FAKE_EARLIER_RELEASES", "0"))
+        earlier = int(os.environ.get("FAKE_EARLIER_RELEASES", "0"))
+        if _option(args, "--jq") == ".[].tagName":  # kiln.yml: the tags, one a line, counted by the caller
+            print("".join(f"v0.0.{i}\n" for i in range(earlier)), end="")
+            return 0
+        print(earlier)
         return 0
     if args[:1] != ["release"] or len(args) < 3:
         return _die(f"fake gh: unexpected {' '.join(argv)}", 9)

@@ -130,7 +130,8 @@ def test_loopback_names_missing_package_other_build_and_other_torch(job_dir: Pat
     outcomes = run_job(hosts, _worker(job_dir, "opkiln"))
     wall = time.monotonic() - started
     page = "-f https://opkiln.github.io/wheels/cpu/torch2.13/index.html"
-    expected = {"none": ["opkiln is not installed", f"pip install opkiln==0.1.0+pt213cpu {page}"],
+    reinstall = "pip install --force-reinstall --no-deps"
+    expected = {"none": ["opkiln is not installed", f"{reinstall} opkiln==0.1.0+pt213cpu {page}"],
                 "stable": ["another build: 0.1.0+cpu", "not 0.1.0+pt213cpu"]}
     if "torch214" in opkiln_sites:
         expected["torch214"] = ["torch 2.14.1+cu130, not 2.13.0+cpu",
@@ -227,7 +228,8 @@ def test_ringops_training_script_stops_on_every_rank(job_dir: Path, ringops_site
     rows = table(outcomes[0].output)
     named = [Outcome(o.host, o.returncode, _rename(o.output, {r: hosts[r].name for r in rows}), o.seconds)
              for o in outcomes]
-    _check_table(named, {"none": ["ringops is not installed", "pip install ringops==0.3.0+pt213cpu"],
+    reinstall = "pip install --force-reinstall --no-deps"
+    _check_table(named, {"none": ["ringops is not installed", f"{reinstall} ringops==0.3.0+pt213cpu"],
                          "torch214": ["torch 2.14.1+cu130, not 2.13.0+cpu", "import ringops fails"]}, "good")
     assert not any("TRAINED" in o.output for o in outcomes), _show(outcomes)
 

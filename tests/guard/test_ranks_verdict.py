@@ -111,10 +111,12 @@ def test_build_identity_from_record_and_from_files_agree(tmp_path: Path) -> None
     (dist / "RECORD").write_text("".join(_record_line(tmp_path, rel) for rel in ["pkg/__init__.py", *libs])
                                  + "pkg-1.0.dist-info/RECORD,,\n")
     assert ranks.build_identity("pkg", pkg, "pkg") == (from_files, "RECORD")
+    # A library replaced after install is another build, whatever RECORD says (issue 43), and it is named.
     (pkg / "sub" / "libops.so").write_bytes(b"\x7fELF other")
-    assert ranks.build_identity("pkg", pkg, "pkg")[0] == from_files, "RECORD is what pip installed"
+    replaced, source, changed = ranks.library_state("pkg", pkg, "pkg")
+    assert replaced not in (None, from_files) and source == "files" and changed == ["pkg/sub/libops.so"]
     (dist / "RECORD").unlink()
-    assert ranks.build_identity("pkg", pkg, "pkg")[0] not in (None, from_files), "another library, another build"
+    assert ranks.library_state("pkg", pkg, "pkg") == (replaced, "files", []), "another library, another build"
 
 
 def test_answer_of_a_missing_and_a_broken_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

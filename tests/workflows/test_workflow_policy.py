@@ -102,7 +102,7 @@ def test_release_merges_onto_the_published_site_and_never_replaces_a_wheel() -> 
     (step,) = [i for i, t in enumerate(index) if 'kiln -C "$PROJECT_DIR" release' in t]
     pages = next(i for i, t in enumerate(index) if t.startswith("actions/upload-pages-artifact@"))
     assert step < pages
-    assert "--first-release" in index[step] and 'if [[ "$earlier" -eq 0 ]]' in index[step], \
+    assert "--first-release" in index[step] and 'if [[ "$earlier" == "0" ]]' in index[step], \
         "only the first release may start from an empty site"
     assert "--base-url" in index[step]
     assert not any(" index " in t or "kiln audit" in t or "fetch_published_site" in t

@@ -29,8 +29,10 @@ import hashlib
 import importlib
 import importlib.util
 import json
+import math
 import os
 import re
+import shlex
 import socket
 import sys
 import time
@@ -45,10 +47,32 @@ PACKAGE: str | None = None
 (``<package>._kiln.ranks``) the package is the one it lies in."""
 
 DEFAULT_TIMEOUT_S = 120.0
-PROTOCOL = 1
+MAX_TIMEOUT_S = 7 * 24 * 3600.0
+PROTOCOL = 2
+"""The answer's version: ranks running kilns of two protocols name each other instead of misreading."""
+MAX_ANSWER_BYTES = 64 * 1024
+MAX_BUILD_INFO_BYTES = 1024 * 1024
+_DIST_RE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?")
+_VERSION_RE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.!+_-]*[A-Za-z0-9])?")
+_TORCH_RE = re.compile(r"[0-9]+(?:\.[0-9]+)*(?:[a-z]+[0-9]*)*(?:\+[a-z0-9.]+)?")
+_URL_RE = re.compile(r"(?:https?://[^\s/]+|file://)[^\s]*")
+_HEX64_RE = re.compile(r"[0-9a-f]{64}")
+_TEXT, _OPT_TEXT = "text", "text|null"
+ANSWER_FIELDS: dict[str, tuple[str, int]] = {
+    "protocol": ("int", 0), "rank": ("int", 0), "host": (_TEXT, 255), "package": (_TEXT, 200),
+    "python": (_TEXT, 40), "torch": (_OPT_TEXT, 100), "cuda": (_OPT_TEXT, 20), "present": ("bool", 0),
+    "location": (_OPT_TEXT, 4096), "project": (_OPT_TEXT, 200), "version": (_OPT_TEXT, 200),
+    "build": (_OPT_TEXT, 64), "build_from": (_OPT_TEXT, 20), "built_torch": (_OPT_TEXT, 100),
+    "cuda_tag": (_OPT_TEXT, 20), "index_url": (_OPT_TEXT, 2048), "import_error": (_OPT_TEXT, 400),
+    "ops": ("int", 0), "ops_missing": ("[text]", 200), "changed": ("[text]", 4096), "gpu": (_OPT_TEXT, 200),
+    "gpu_ok": ("bool|null", 0), "gpu_problem": (_OPT_TEXT, 400), "error": (_OPT_TEXT, 400),
+    "probe_s": ("number|null", 0),
+}
+"""Every field of an answer (protocol 2), its JSON type and the longest text it may hold: an answer of any
+other shape, with a control character, or longer than MAX_ANSWER_BYTES is refused and named as its rank's
+problem."""
 _LIBRARY_RE = re.compile(r"\.(so(\.[0-9]+)*|pyd|dylib)$")
 _ARCH_RE = re.compile(r"^(?:sm_|compute_)?(\d+)\.?(\d)([af]?)(\+PTX)?$", re.IGNORECASE)
-_calls = 0
 
 
 class RanksError(RuntimeError):
@@ -73,9 +97,14 @@ class RanksTimeout(RanksError):
 
 # --- what one rank has -----------------------------------------------------------------------------------------
 
+def _printable(text: str) -> str:
+    """``text`` with every character a terminal would not show as itself escaped (``\\x1b``, ``\\u202e``)."""
+    return text if text.isprintable() else "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
-    line = f"{type(exc).__name__}: {text[0].strip()}" if text else type(exc).__name__
+    line = _printable(f"{type(exc).__name__}: {text[0].strip()}" if text else type(exc).__name__)
     return line if len(line) <= 300 else line[:297] + "..."
 
 
@@ -112,22 +141,18 @@ def _identity(entries: Mapping[str, str]) -> str | None:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def build_identity(package: str, package_dir: Path, project: str | None = None) -> tuple[str | None, str]:
-    """(sha256 of the package's compiled libraries, where it came from: "RECORD" or "files").
-
-    From the RECORD of the installed distribution that owns the package, where there is one (pip checked
-    those hashes when it installed the wheel, so nothing is read but RECORD); else every library file under
-    the package (and its auditwheel ``.libs`` folder) is hashed."""
-    root = package_dir.parents[package.count(".")]
-    top = package.split(".")[0]
+def _record_entries(package: str, root: Path, project: str | None, libs_dirs: set[str]) -> dict[str, str] | None:
+    """The compiled libraries the RECORD of the distribution owning ``package`` lists (path -> sha256 hex), or
+    None when no installed distribution owns it."""
     owned = (f"{package.replace('.', '/')}/",)
-    libs_dirs = {f"{top}.libs/"} | ({f"{project.replace('-', '_')}.libs/"} if project else set())
     records = sorted(root.glob("*.dist-info/RECORD"))
     if project:
         wanted = re.sub(r"[-_.]+", "_", project).lower()
         records.sort(key=lambda r: r.parent.name.split("-")[0].lower() != wanted)
     for record in records:
         try:
+            if record.stat().st_size > 16 * 1024 * 1024:
+                continue
             rows = list(csv.reader(record.read_text(encoding="utf-8").splitlines()))
         except (OSError, UnicodeDecodeError, csv.Error):
             continue
@@ -139,16 +164,47 @@ def build_identity(package: str, package_dir: Path, project: str | None = None) 
                 digest = _hex_of_record_hash(row[1])
                 if digest is not None:
                     entries[row[0]] = digest
-        if entries:
-            return _identity(entries), "RECORD"
-    entries = {}
+        return entries
+    return None
+
+
+def _sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as stream:
+        for block in iter(lambda: stream.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def library_state(package: str, package_dir: Path, project: str | None = None
+                  ) -> tuple[str | None, str, list[str]]:
+    """(sha256 over the package's compiled libraries as they are on disk, "RECORD" when the installed
+    distribution's RECORD lists exactly those bytes else "files", the libraries that differ from RECORD).
+
+    The identity always comes from the bytes (a library replaced after install is another build); RECORD only
+    tells whether the bytes are still the ones pip installed."""
+    root = package_dir.parents[package.count(".")]
+    top = package.split(".")[0]
+    libs_dirs = {f"{top}.libs/"} | ({f"{project.replace('-', '_')}.libs/"} if project else set())
+    entries: dict[str, str] = {}
     for folder in (package_dir, *(root / d.rstrip("/") for d in libs_dirs)):
         if not folder.is_dir():
             continue
         for path in folder.rglob("*"):
             if path.is_file() and _LIBRARY_RE.search(path.name):
-                entries[path.relative_to(root).as_posix()] = hashlib.sha256(path.read_bytes()).hexdigest()
-    return _identity(entries), "files"
+                entries[path.relative_to(root).as_posix()] = _sha256_file(path)
+    recorded = _record_entries(package, root, project, libs_dirs)
+    if recorded is None:
+        return _identity(entries), "files", []
+    changed = sorted(p for p in set(recorded) | set(entries) if recorded.get(p) != entries.get(p))
+    return _identity(entries), ("files" if changed else "RECORD"), changed
+
+
+def build_identity(package: str, package_dir: Path, project: str | None = None) -> tuple[str | None, str]:
+    """(sha256 of the package's compiled libraries as they are on disk, "RECORD" when they are the bytes the
+    installed RECORD lists, else "files"); see ``library_state``."""
+    identity, source, _changed = library_state(package, package_dir, project)
+    return identity, source
 
 
 def _arch_runs(arch: str, major: int, minor: int) -> bool:
@@ -228,7 +284,8 @@ def local_answer(package: str, rank: int = 0, local_rank: int = 0) -> dict[str, 
         "python": ".".join(map(str, sys.version_info[:3])), "torch": None, "cuda": None, "present": False,
         "location": None, "project": None, "version": None, "build": None, "build_from": None,
         "built_torch": None, "cuda_tag": None, "index_url": None, "import_error": None, "ops": 0,
-        "ops_missing": [], "gpu": None, "gpu_ok": None, "gpu_problem": None, "error": None, "probe_s": None,
+        "ops_missing": [], "changed": [], "gpu": None, "gpu_ok": None, "gpu_problem": None, "error": None,
+        "probe_s": None,
     }
     try:
         import torch
@@ -241,23 +298,21 @@ def local_answer(package: str, rank: int = 0, local_rank: int = 0) -> dict[str, 
             return answer
         answer["present"] = True
         answer["location"] = str(package_dir)
-        info: dict[str, Any] = {}
-        try:
-            loaded = json.loads((package_dir / "_build_info.json").read_text())
-            info = loaded if isinstance(loaded, dict) else {}
-        except (OSError, ValueError):
-            pass
-        answer.update(project=info.get("project") or package, built_torch=info.get("torch_version"),
-                      cuda_tag=info.get("cuda_tag"), index_url=info.get("index_url"))
-        answer["version"] = info.get("version")
+        info = _read_build_info(package_dir / "_build_info.json")
+        answer.update(project=_text_or_none(info.get("project")) or package,
+                      built_torch=_text_or_none(info.get("torch_version")),
+                      cuda_tag=_text_or_none(info.get("cuda_tag")), index_url=_text_or_none(info.get("index_url")))
+        answer["version"] = _text_or_none(info.get("version"))
         if answer["version"] is None:
             from importlib.metadata import PackageNotFoundError, version
 
             with contextlib.suppress(PackageNotFoundError, ValueError):
                 answer["version"] = version(str(answer["project"]))
-        answer["build"], answer["build_from"] = build_identity(package, package_dir, answer["project"])
+        answer["build"], answer["build_from"], answer["changed"] = library_state(package, package_dir,
+                                                                                 answer["project"])
         answer["import_error"] = _import_error(package)
-        ops = [str(op) for op in info.get("ops") or []]
+        raw_ops = info.get("ops")
+        ops = [op for op in raw_ops if isinstance(op, str)] if isinstance(raw_ops, list) else []
         answer["ops"] = len(ops)
         if answer["import_error"] is None:
             answer["ops_missing"] = [op for op in ops if not _registered(op)]
@@ -268,6 +323,97 @@ def local_answer(package: str, rank: int = 0, local_rank: int = 0) -> dict[str, 
     return answer
 
 
+def _text_or_none(value: object) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _read_build_info(path: Path) -> dict[str, Any]:
+    """The installed build info, read bounded (a regular file of at most MAX_BUILD_INFO_BYTES); {} otherwise.
+    Its values are checked again as parts of the answer (``read_answer``)."""
+    try:
+        if not path.is_file():
+            return {}
+        with path.open("rb") as stream:
+            raw = stream.read(MAX_BUILD_INFO_BYTES + 1)
+        loaded = json.loads(raw) if len(raw) <= MAX_BUILD_INFO_BYTES else None
+    except (OSError, ValueError, RecursionError):
+        return {}
+    return loaded if isinstance(loaded, dict) else {}
+
+
+# --- an answer as another rank sent it: untrusted ---------------------------------------------------------------
+
+def _field_ok(kind: str, limit: int, value: object) -> bool:
+    def text(v: object) -> bool:
+        return isinstance(v, str) and len(v) <= limit and v.isprintable()
+
+    if kind == "int":
+        return type(value) is int and 0 <= value < 2**31
+    if kind == "bool":
+        return isinstance(value, bool)
+    if kind == "bool|null":
+        return value is None or isinstance(value, bool)
+    if kind == "number|null":
+        return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)
+                                 and math.isfinite(value))
+    if kind == _TEXT:
+        return text(value)
+    if kind == _OPT_TEXT:
+        return value is None or text(value)
+    if kind == "[text]":
+        return isinstance(value, list) and len(value) <= 10_000 and all(text(v) for v in value)
+    raise AssertionError(kind)
+
+
+def answer_problem(answer: object, rank: int) -> str | None:
+    """Why ``answer`` (parsed JSON from the store under ``rank``'s key) is not a protocol-2 answer about
+    ``rank``; None when it is."""
+    if not isinstance(answer, dict):
+        return f"its answer is a JSON {type(answer).__name__}, not an object"
+    if answer.get("protocol") != PROTOCOL:
+        theirs = answer.get("protocol")
+        shown = theirs if type(theirs) is int else "none"
+        return (f"its answer speaks protocol {shown}, this check speaks {PROTOCOL}: "
+                "the ranks run different kiln versions")
+    if answer.get("rank") != rank:
+        return f"it answered as rank {_printable(repr(answer.get('rank'))[:20])}, under the key of rank {rank}"
+    wrong = [key for key, (kind, limit) in ANSWER_FIELDS.items()
+             if key not in answer or not _field_ok(kind, limit, answer[key])]
+    if wrong:
+        return f"its answer has malformed fields: {', '.join(wrong[:6])}{' ...' if len(wrong) > 6 else ''}"
+    forms = [("project", _DIST_RE), ("version", _VERSION_RE), ("torch", _TORCH_RE), ("built_torch", _TORCH_RE),
+             ("index_url", _URL_RE), ("build", _HEX64_RE)]
+    bad = [key for key, form in forms if answer[key] is not None and not form.fullmatch(answer[key])]
+    if answer["cuda_tag"] is not None and not re.fullmatch(r"cpu|cu[0-9]{2,4}", answer["cuda_tag"]):
+        bad.append("cuda_tag")
+    if bad:
+        return f"its answer has fields that are not of their form: {', '.join(bad)}"
+    return None
+
+
+def refused(rank: int, why: str) -> dict[str, Any]:
+    """The row of a rank whose answer was refused: it names the rank and why, and never agrees with anything."""
+    return {"protocol": PROTOCOL, "rank": rank, "host": None, "package": None, "present": False, "torch": None,
+            "cuda": None, "version": None, "build": None, "refused": why}
+
+
+def read_answer(raw: bytes | str | None, rank: int) -> dict[str, Any]:
+    """The answer stored under ``rank``'s key, checked: a valid answer about that rank (unknown keys dropped), or
+    a refused one naming why. Never raises."""
+    if raw is None:
+        return refused(rank, "it sent no answer")
+    if len(raw) > MAX_ANSWER_BYTES:
+        return refused(rank, f"its answer is {len(raw)} bytes, more than {MAX_ANSWER_BYTES}")
+    try:
+        answer = json.loads(raw)
+    except (ValueError, RecursionError):
+        return refused(rank, "its answer is not JSON")
+    why = answer_problem(answer, rank)
+    if why is not None:
+        return refused(rank, why)
+    return {key: answer[key] for key in ANSWER_FIELDS}
+
+
 # --- the verdict (the same on every rank: it reads the same answers) -----------------------------------------
 
 def _short(build: str | None) -> str:
@@ -275,25 +421,42 @@ def _short(build: str | None) -> str:
 
 
 def _torch_fix(version: str) -> str:
+    """One command (shlex.join) from a checked torch version; plain ``pip install torch`` for any other."""
+    if not _TORCH_RE.fullmatch(version):
+        return shlex.join(["pip", "install", "torch"])
     public, _, local = version.partition("+")
-    index = f" --index-url https://download.pytorch.org/whl/{local}" if local else ""
-    return f"pip install torch=={public}{index}"
+    index = ["--index-url", f"https://download.pytorch.org/whl/{local}"] if local else []
+    return shlex.join(["pip", "install", f"torch=={public}", *index])
+
+
+def index_override(package: str) -> str | None:
+    """``<PACKAGE>_INDEX_URL`` when set: one URL without whitespace or control characters, else RanksUsage."""
+    name = f"{re.sub(r'[^A-Za-z0-9]', '_', package).upper()}_INDEX_URL"
+    value = os.environ.get(name, "").strip()
+    if not value:
+        return None
+    if len(value) > 2048 or not _URL_RE.fullmatch(value) or not value.isprintable():
+        raise RanksUsage(f"{name} is not one http(s) or file URL that can be shown in a command: "
+                         f"{_printable(repr(value)[:80])}; unset it")
+    return value.rstrip("/")
 
 
 def _package_fix(ref: Mapping[str, Any] | None, package: str) -> str:
+    """One command (shlex.join) that installs the reference rank's build; its values were checked when its
+    answer was read (``read_answer``), the override when the check started."""
     if ref is None or not ref.get("version"):
-        return f"pip install {package}"
+        return shlex.join(["pip", "install", package])
     project = ref.get("project") or package
-    base = (os.environ.get(f"{re.sub(r'[^A-Za-z0-9]', '_', package).upper()}_INDEX_URL", "").strip()
-            or str(ref.get("index_url") or "")).rstrip("/")
+    base = index_override(package) or str(ref.get("index_url") or "").rstrip("/")
     built = str(ref.get("built_torch") or ref.get("torch") or "")
     minor = ".".join(built.split("+")[0].split(".")[:2])
-    page = f" -f {base}/{ref.get('cuda_tag') or 'cpu'}/torch{minor}/index.html" if base and minor else ""
-    return f"pip uninstall -y {project} && pip install {project}=={ref['version']}{page}"
+    page = ["-f", f"{base}/{ref.get('cuda_tag') or 'cpu'}/torch{minor}/index.html"] if base and minor else []
+    return shlex.join(["pip", "install", "--force-reinstall", "--no-deps", f"{project}=={ref['version']}", *page])
 
 
 def healthy(answer: Mapping[str, Any]) -> bool:
-    return (bool(answer.get("present")) and answer.get("torch") is not None and not answer.get("error")
+    return (not answer.get("refused") and not answer.get("changed")
+            and bool(answer.get("present")) and answer.get("torch") is not None and not answer.get("error")
             and answer.get("import_error") is None and not answer.get("ops_missing")
             and answer.get("gpu_ok") is not False)
 
@@ -318,6 +481,9 @@ def problems(answer: Mapping[str, Any], ref: Mapping[str, Any] | None, torch_ref
     """(problem, fix) of one rank against the reference answer, in the order to fix them."""
     found: list[tuple[str, str]] = []
     fix_package = _package_fix(ref, package)
+    if answer.get("refused"):
+        return [(f"its answer is refused: {answer['refused']}",
+                 f"run the same kiln on every rank (answer protocol {PROTOCOL}); then {fix_package}")]
     if answer.get("torch") is None:
         found.append((f"torch cannot be imported: {answer.get('error')}",
                       _torch_fix(torch_ref) if torch_ref else "pip install torch"))
@@ -336,6 +502,11 @@ def problems(answer: Mapping[str, Any], ref: Mapping[str, Any] | None, torch_ref
     if ref is not None and (answer.get("version"), answer.get("build")) != (ref.get("version"), ref.get("build")):
         found.append((f"another build: {answer.get('version')} {_short(answer.get('build'))}, not "
                       f"{ref.get('version')} {_short(ref.get('build'))}", fix_package))
+    changed = list(answer.get("changed") or [])
+    if changed:
+        shown = ", ".join(changed[:3]) + (f" and {len(changed) - 3} more" if len(changed) > 3 else "")
+        found.append((f"{len(changed)} compiled librar{'ies' if len(changed) > 1 else 'y'} changed on disk since "
+                      f"install (not the bytes its RECORD lists): {shown}", fix_package))
     missing = list(answer.get("ops_missing") or [])
     if missing:
         shown = ", ".join(missing[:4]) + (f" and {len(missing) - 4} more" if len(missing) > 4 else "")
@@ -343,6 +514,12 @@ def problems(answer: Mapping[str, Any], ref: Mapping[str, Any] | None, torch_ref
     if answer.get("gpu_ok") is False:
         found.append((str(answer.get("gpu_problem")), f"install a {package} build with code for this GPU"))
     return found
+
+
+def _cell(value: object, limit: int = 40) -> str:
+    """A table cell: printable (answers were checked; this holds for any caller) and at most ``limit`` wide."""
+    text = _printable(str(value or "-"))
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _ranges(ranks: Sequence[int]) -> str:
@@ -381,9 +558,9 @@ def verdict(answers: Sequence[Mapping[str, Any]], package: str) -> tuple[bool, s
     shown: list[tuple[Mapping[str, Any], list[tuple[str, str]]]] = ([(ref, [])] if ref is not None else []) + bad
     lines: list[list[str]] = []
     for a, found in sorted(shown, key=lambda row: int(row[0]["rank"])):
-        cells = (str(a["rank"]), str(a.get("host") or "-"), str(a.get("version") or "-") if a.get("present")
-                 else "-", _short(a.get("build")), str(a.get("torch") or "-"), str(a.get("cuda") or "-"),
-                 str(a.get("gpu") or "-").split(" ")[0])
+        cells = (str(a["rank"]), _cell(a.get("host")), _cell(a.get("version")) if a.get("present") else "-",
+                 _short(a.get("build")), _cell(a.get("torch")), _cell(a.get("cuda")),
+                 _cell(str(a.get("gpu") or "-").split(" ")[0]))
         notes = ["ok (the reference)"] if not found else []
         for problem, fix in found:
             notes.append(problem)
@@ -452,8 +629,7 @@ def _wait_all(store: Any, keys: list[str], timeout_key: str, deadline: float) ->
             if store.check(keys):
                 return []
             if store.check([timeout_key]):
-                missing: list[int] = json.loads(store.get(timeout_key))
-                return missing
+                return _missing_ranks(store.get(timeout_key), len(keys))
             if time.monotonic() >= deadline:
                 missing = [r for r, key in enumerate(keys) if not store.check([key])]
                 if missing:
@@ -467,6 +643,19 @@ def _wait_all(store: Any, keys: list[str], timeout_key: str, deadline: float) ->
         raise RanksError(f"lost the job's store while waiting for the other ranks: {_first_line(exc)}") from None
 
 
+def _missing_ranks(raw: bytes, world: int) -> list[int]:
+    """The ranks another rank published as missing (any rank may write that key): a malformed record ends the
+    check with RanksError rather than a crash or a wrong name."""
+    try:
+        value = json.loads(raw) if len(raw) <= MAX_ANSWER_BYTES else None
+    except (ValueError, RecursionError):
+        value = None
+    if isinstance(value, list) and value and all(type(r) is int and 0 <= r < world for r in value):
+        return sorted(set(value))
+    raise RanksError("a rank published a malformed timeout record in the job's store: the check cannot trust "
+                     "this run; rerun it")
+
+
 def _linger(store: Any, keys: list[str], seconds: float) -> None:
     """Wait up to ``seconds`` for ``keys`` (what the ranks reading this process's store set when done)."""
     end = time.monotonic() + seconds
@@ -478,16 +667,24 @@ def _linger(store: Any, keys: list[str], seconds: float) -> None:
 def gather(package: str, timeout: float = DEFAULT_TIMEOUT_S) -> list[dict[str, Any]]:
     """Every rank's answer, in rank order, on every rank; RanksTimeout (on every rank that answered) when some
     rank has not answered ``timeout`` seconds after this one did."""
-    global _calls
+    timeout = checked_timeout(timeout)
+    index_override(package)  # refused here, before any rank waits, when it cannot be shown in a fix
     rank, world, local_rank = _job()
     answer = local_answer(package, rank, local_rank)
     if world <= 1:
-        return [answer]
+        return [read_answer(json.dumps(answer), rank)]
     deadline = time.monotonic() + timeout
-    _calls += 1
-    prefix = f"kiln-ranks/{package}/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/{_calls}/"
     store, serve = _store(rank, world, timedelta(seconds=timeout))
     try:
+        # Each run of the check gets keys of its own: the store counts the runs of each rank, across every copy of
+        # the check in the process (the shipped module and the standalone script alike), so the n-th check of
+        # every rank meets under run n and never reads an earlier run's answers.
+        base = f"kiln-ranks/{package}/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/"
+        try:
+            run = int(store.add(f"{base}runs/{rank}", 1))
+        except Exception as exc:
+            raise RanksError(f"lost the job's store before the check began: {_first_line(exc)}") from None
+        prefix = f"{base}run/{run}/"
         keys = [f"{prefix}answer/{r}" for r in range(world)]
         store.set(keys[rank], json.dumps(answer))
         missing = _wait_all(store, keys, f"{prefix}timeout", deadline)
@@ -503,13 +700,28 @@ def gather(package: str, timeout: float = DEFAULT_TIMEOUT_S) -> list[dict[str, A
                 f"(crashed, hung, or launched without it: `-m {package}._kiln.ranks` needs {package} "
                 f"installed; `kiln guard ranks-script` writes a copy that does not) stops the job here: "
                 f"see {'its' if len(missing) == 1 else 'their'} log", missing)
-        answers = [json.loads(store.get(key)) for key in keys]
+        try:
+            answers = [read_answer(store.get(key), r) for r, key in enumerate(keys)]
+        except RanksError:
+            raise
+        except Exception as exc:
+            raise RanksError(f"lost the job's store while reading the answers: {_first_line(exc)}") from None
         store.set(f"{prefix}done/{rank}", "1")
         if serve:  # the others read from this process's store: stay until they have
             _linger(store, [f"{prefix}done/{r}" for r in range(world)], 10.0)
         return answers
     finally:
         del store
+
+
+def checked_timeout(timeout: object) -> float:
+    """``timeout`` as seconds when it is a finite number in (0, MAX_TIMEOUT_S]; else RanksUsage (an infinite one
+    would overflow the store's timedelta)."""
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not math.isfinite(timeout) \
+            or not 0 < timeout <= MAX_TIMEOUT_S:
+        raise RanksUsage(f"the timeout must be a number of seconds above 0 and at most {MAX_TIMEOUT_S:g}, not "
+                         f"{_printable(repr(timeout))[:40]}")
+    return float(timeout)
 
 
 def check_ranks(package: str, timeout: float = DEFAULT_TIMEOUT_S) -> str:
@@ -543,8 +755,10 @@ def main(package: str | None = None, argv: Sequence[str] | None = None) -> int:
     if not package or not all(part.isidentifier() for part in package.split(".")):
         print(f"{prog}: {package!r} is not a package name", file=sys.stderr)
         return 2
-    if not args.timeout > 0:
-        print(f"{prog}: --timeout must be a positive number of seconds", file=sys.stderr)
+    try:
+        checked_timeout(args.timeout)
+    except RanksUsage as exc:
+        print(f"{prog}: --timeout: {exc}", file=sys.stderr)
         return 2
     try:
         rank, _, local_rank = _job()
