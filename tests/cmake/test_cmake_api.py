@@ -312,3 +312,34 @@ def test_a_cuda_library_on_torchs_current_stream_compiles() -> None:
             assert ELFFile(fh).get_section_by_name(".nv_fatbin") is not None, "the CUDA kernel is in the library"
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.mark.parametrize("layout", [
+    # CUDA 13 (cu130): one folder for every library.
+    ["cu13"],
+    # CUDA 12 (cu126, cu128): a folder per library, as torch's nvidia-*-cu12 runtime wheels install them.
+    ["cublas", "cuda_runtime", "cusparse", "cusolver", "nccl"],
+])
+def test_the_cuda_library_headers_are_found_in_every_layout_of_the_matrix(tmp_path: Path, layout: list[str]) -> None:
+    """kiln::cuda_library_headers lists site-packages/nvidia/<component>/include beside torch, whatever the
+    components are called, and nothing that is not an include folder."""
+    site = tmp_path / "site-packages"
+    (site / "torch").mkdir(parents=True)
+    for component in layout:
+        (site / "nvidia" / component / "include").mkdir(parents=True)
+    (site / "nvidia" / "stray" / "lib").mkdir(parents=True)
+    (site / "nvidia" / "__init__.py").write_text("")
+    project = tmp_path / "probe"
+    project.mkdir()
+    (project / "CMakeLists.txt").write_text(
+        "cmake_minimum_required(VERSION 3.26)\nproject(probe LANGUAGES NONE)\n"
+        f'include("{KILN_CMAKE_DIR}/KilnCuda.cmake")\nset(KILN_TORCH_ROOT "{site}/torch")\n'
+        "kiln_add_cuda_library_headers()\nkiln_add_cuda_library_headers()\n"  # once, whatever the calls
+        "get_target_property(dirs kiln_cuda_library_headers INTERFACE_INCLUDE_DIRECTORIES)\n"
+        'message(STATUS "dirs=${dirs}")\n')
+    cmake = _cmake()
+    run = subprocess.run([str(cmake), "-S", str(project), "-B", str(tmp_path / "build")], capture_output=True,
+                         text=True, env=_env(cmake), timeout=120)
+    assert run.returncode == 0, run.stdout + run.stderr
+    (line,) = [x for x in run.stdout.splitlines() if "dirs=" in x]
+    assert line.split("dirs=", 1)[1].split(";") == [str(site / "nvidia" / c / "include") for c in sorted(layout)]
