@@ -448,9 +448,9 @@ def _ps_roi_plan(name: str, root: Path, schema: str | None) -> Plan:
                          f"parameter needs a field of facade/ps_roi.h's PsRoiArgs first)")
     sampling_ratio = schema is not None and "sampling_ratio" in schema
     forward, backward = ps_roi_schemas(name, sampling_ratio)
-    pascal = "".join(word.capitalize() for word in name.split("_"))
+    pascal, py_class = _pascal(name), torchvision_class_name(name)
     values = {
-        "op": name, "pascal": pascal, "py_class": pascal, "schema": forward,
+        "op": name, "pascal": pascal, "py_class": py_class, "schema": forward,
         "schemas": _m_defs(forward, backward),
         "sr_param": ", std::int64_t sampling_ratio" if sampling_ratio else "",
         "sr_value": "sampling_ratio" if sampling_ratio else "-1",
@@ -464,7 +464,7 @@ def _ps_roi_plan(name: str, root: Path, schema: str | None) -> Plan:
     new_files = _family_files(root, name, FAMILIES["ps-roi"], values)
     ops_py = root / OPS_PY
     parsed = parse_schema(forward, CXX_KEYWORDS)
-    text = _add_to_docstring(_add_to_all(_add_to_all(ops_py.read_text(), name), pascal), parsed, True)
+    text = _add_to_docstring(_add_to_all(_add_to_all(ops_py.read_text(), name), py_class), parsed, True)
     text = text.rstrip("\n") + "\n" + _wrap(_render("ps_roi_ops_section.py.tmpl", **values))
     return Plan(root, name, new_files, ops_py, text)
 
@@ -530,6 +530,17 @@ def _pascal(name: str) -> str:
     return "".join(word.capitalize() for word in name.split("_"))
 
 
+# torchvision's spelling of these words in its class names (RoIAlign, PSRoIPool), which a scaffolded
+# op's nn.Module follows; the C++ per-bin struct keeps the plain _pascal spelling (RoiAlign).
+CLASS_ACRONYMS = {"roi": "RoI", "ps": "PS", "nms": "NMS"}
+
+
+def torchvision_class_name(name: str) -> str:
+    """The nn.Module class of op `name` as torchvision spells its own: roi_align -> RoIAlign,
+    ps_roi_pool -> PSRoIPool, roi_align_rotated -> RoIAlignRotated."""
+    return "".join(CLASS_ACRONYMS.get(word, word.capitalize()) for word in name.split("_"))
+
+
 def _updated_ops_py(root: Path, names: list[str], forward: Schema, backward: bool, section: str) -> str:
     """ops.py with `names` in __all__, a docstring bullet for `forward`, and `section` appended."""
     text = (root / OPS_PY).read_text()
@@ -582,7 +593,7 @@ def _roi_plan(name: str, root: Path, schema: str | None) -> Plan:
   OPKILN_HD static void scatter(const Tap<Acc>& t, Acc grad, Add&& add) { add(t.offset, grad); }
 """.replace("$op", name)
     values = {
-        "op": name, "pascal": pascal, "schema": forward_text,
+        "op": name, "pascal": pascal, "py_class": torchvision_class_name(name), "schema": forward_text,
         "index": "true" if index else "false",
         "index_comment": ("The forward writes an int32 index per element (the element chosen, -1: none);\n  // "
                           "the family's backward adds grad there." if index else
@@ -615,7 +626,7 @@ def _roi_plan(name: str, root: Path, schema: str | None) -> Plan:
         "extra_sample": "".join({"sampling_ratio": "2, ", "aligned": "True, "}[a.name] for a in extras),
     }
     new_files = _family_files(root, name, FAMILIES["roi"], values)
-    text = _updated_ops_py(root, [name, pascal], fwd, True, _render("roi_ops_section.py.tmpl", **values))
+    text = _updated_ops_py(root, [name, values["py_class"]], fwd, True, _render("roi_ops_section.py.tmpl", **values))
     return Plan(root, name, new_files, root / OPS_PY, text)
 
 

@@ -13,7 +13,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kiln_tool.cli import main
-from kiln_tool.new_op import KINDS, NewOpError, disagreements, plan, roi_schemas, rowwise_schemas, write
+from kiln_tool.new_op import (
+    KINDS,
+    NewOpError,
+    disagreements,
+    plan,
+    roi_schemas,
+    rowwise_schemas,
+    torchvision_class_name,
+    write,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 OPS_PY = Path("python", "opkiln", "ops.py")
@@ -193,3 +202,22 @@ def test_a_bad_kind_exits_2_in_one_line(tmp_path: Path, capsys: pytest.CaptureFi
     err = capsys.readouterr().err
     assert err == "kiln new-op: unknown kind 'pooling'; one of elementwise, rowwise, roi, ps-roi; nothing written\n"
     assert _snapshot(root) == before
+
+
+@pytest.mark.parametrize(("name", "cls"), [("roi_align", "RoIAlign"), ("roi_pool", "RoIPool"),
+                                           ("ps_roi_align", "PSRoIAlign"), ("ps_roi_pool", "PSRoIPool"),
+                                           ("roi_align_rotated", "RoIAlignRotated"), ("box_iou", "BoxIou")])
+def test_module_classes_are_spelled_as_torchvisions(name: str, cls: str) -> None:
+    assert torchvision_class_name(name) == cls
+
+
+@pytest.mark.parametrize(("kind", "name", "cls"), [("roi", "roi_align_rotated", "RoIAlignRotated"),
+                                                   ("ps-roi", "ps_roi_sum", "PSRoISum")])
+def test_a_scaffolded_family_op_names_its_module_as_torchvision_would(tmp_path: Path, kind: str, name: str,
+                                                                      cls: str) -> None:
+    p = plan(name, _checkout(tmp_path / "tree"), kind=kind)
+    tree = ast.parse(p.ops_py_text)
+    classes = [n.name for n in tree.body if isinstance(n, ast.ClassDef)]
+    assert cls in classes and f'"{cls}"' in p.ops_py_text.split("]", 1)[0]  # the class, and in __all__
+    test_text = p.new_files[p.root / "tests" / "ops" / f"test_{name}.py"]
+    assert f"ops.{cls}(" in test_text

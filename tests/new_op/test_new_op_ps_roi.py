@@ -47,7 +47,7 @@ def test_a_ps_roi_op_is_its_per_bin_math(tmp_path: Path, sampling_ratio: bool) -
     assert (folder / "ps_demo_cuda.cu").read_text().rstrip().endswith("OPKILN_PS_ROI_CUDA(PsDemo);")
     assert "kNotWritten" in (folder / "ps_demo.h").read_text()
     ops_py = (root / "python" / "opkiln" / "ops.py").read_text()
-    assert '_register_position_sensitive("ps_demo")' in ops_py and "class PsDemo(nn.Module):" in ops_py
+    assert '_register_position_sensitive("ps_demo")' in ops_py and "class PSDemo(nn.Module):" in ops_py
     (wrapper,) = [n for n in ast.parse(ops_py).body if isinstance(n, ast.FunctionDef) and n.name == "ps_demo"]
     assert ast.unparse(wrapper.args) == ("input: Tensor, boxes: Tensor, output_size: int, spatial_scale: float=1.0"
                                          + (", sampling_ratio: int=-1" if sampling_ratio else ""))
