@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[2]
 TORCHVISION = "torchvision==0.29.1"
 TESTS = ["tests/ops/test_torchvision_compat.py", "tests/ops/test_nms.py", "tests/ops/test_roi_align.py",
          "tests/ops/test_ps_roi.py", "tests/ops/test_roi_align_generated.py", "tests/ops/test_rms_norm.py",
-         "tests/ops/test_weighted_sum.py"]
+         "tests/ops/test_weighted_sum.py", "tests/ops/test_deform_conv2d.py"]
 
 pytestmark = pytest.mark.slow
 
