@@ -22,6 +22,7 @@ from types import ModuleType
 COMMANDS: dict[str, str] = {
     "matrix": "matrix",
     "wheels": "wheels",
+    "develop": "develop",
     "label": "label",
     "repair": "repair",
     "audit": "audit",
