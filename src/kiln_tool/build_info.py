@@ -62,10 +62,18 @@ def op_bindings(source_dir: Path, ops: list[str] | None = None) -> list[Path]:
 
 
 def schema_sources(project: KilnProject, patterns: tuple[str, ...] | None = None) -> list[Path]:
-    """The files the ``patterns`` (default: the project's schema-sources) match, sorted and unique."""
+    """The files the ``patterns`` (default: the project's schema-sources) match, sorted and unique: regular
+    files inside the project only. A match that leaves it (through ``..`` or a symlink) is refused."""
     found: set[Path] = set()
+    root = project.root.resolve()
     for pattern in project.schema_sources if patterns is None else patterns:
+        if Path(pattern).is_absolute() or ".." in Path(pattern).parts:
+            raise ValueError(f"tool.kiln.schema-sources: {pattern!r} lies outside the project")
         matches = [p for p in project.root.glob(pattern) if p.is_file()]
+        escaping = [p for p in matches if not p.resolve().is_relative_to(root)]
+        if escaping:
+            raise ValueError(f"tool.kiln.schema-sources: {pattern!r} matches {escaping[0]}, which leads outside "
+                             f"the project (a symlink to {escaping[0].resolve()})")
         if not matches:
             raise ValueError(f"tool.kiln.schema-sources: {pattern!r} matches no file in {project.root}")
         found.update(matches)

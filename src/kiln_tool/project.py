@@ -134,7 +134,8 @@ def _problem(where: str, value: Any, rule: dict[str, Any]) -> str | None:
     if isinstance(value, str):
         if "maxLength" in rule and len(value) > rule["maxLength"]:
             return f"{where} is longer than {rule['maxLength']} characters"
-        if "pattern" in rule and not re.search(rule["pattern"], value):
+        # fullmatch: re.search with a pattern ending in $ takes "0.3.0\n" (a $ matches before a final newline).
+        if "pattern" in rule and not re.fullmatch(rule["pattern"], value):
             return f"{where} = {_shown(value)} is not {_PATTERN_WORDS.get(where.split('[')[0], 'allowed')}"
     if isinstance(value, list):
         if "minItems" in rule and len(value) < rule["minItems"]:
@@ -162,22 +163,60 @@ _PATTERN_WORDS = {
 }
 
 
+MAX_UNKNOWN_SHOWN = 5
+"""At most this many unknown keys are named, one line each; the rest are counted (a huge table prints little)."""
+
+
+@functools.cache
+def reserved_names() -> tuple[frozenset[str], frozenset[str]]:
+    """(top-level packages a wheel may not install over, op namespaces torch reserves): data/reserved-names.json
+    plus Python's own standard library."""
+    data = json.loads(data_path("reserved-names.json").read_text())
+    packages = frozenset(data["packages"]) | frozenset(getattr(sys, "stdlib_module_names", ()))
+    return packages, frozenset(data["namespaces"])
+
+
+def name_problems(package: str, namespace: str, where_package: str = "tool.kiln.package",
+                  where_namespace: str = "tool.kiln.namespace") -> list[str]:
+    """Why ``package`` or ``namespace`` would harm what is installed beside the wheel (empty when neither)."""
+    packages, namespaces = reserved_names()
+    problems = []
+    if package in packages or package.lower() in packages:
+        problems.append(f"{where_package} = {package!r} is the standard library's or a well-known distribution's "
+                        "import name: the wheel would install over it (choose a name of your own)")
+    if namespace in namespaces:
+        problems.append(f"{where_namespace} = {namespace!r} is an op namespace torch reserves: registering it "
+                        "would abort or alter torch (choose a namespace of your own)")
+    return problems
+
+
 def table_problems(table: Any) -> list[str]:
-    """One line per bad key or value of a ``[tool.kiln]`` table, in key order (empty when it holds)."""
+    """One line per bad key or value of a ``[tool.kiln]`` table, in key order (empty when it holds); unknown
+    keys are named up to MAX_UNKNOWN_SHOWN and counted beyond."""
     spec = schema()
     if not isinstance(table, dict):
         return [f"tool.kiln = {_shown(table)} is not a table"]
     problems = []
     properties: dict[str, Any] = spec["properties"]
-    for key in sorted(table):
-        where = f"tool.kiln.{key}"
-        if key not in properties:
-            near = ", ".join(sorted(properties))
-            problems.append(f"{where}: unknown key (known: {near})")
-            continue
-        problem = _problem(where, table[key], properties[key])
+    unknown = [key for key in table if key not in properties]
+    for key in sorted(unknown, key=str)[:MAX_UNKNOWN_SHOWN]:
+        # A key is shown as itself when printable and short, else escaped and cut (a key cannot forge lines).
+        shown = key if isinstance(key, str) and key.isprintable() and len(key) <= 60 else _shown(str(key))
+        problems.append(f"tool.kiln.{shown}: unknown key (known: {', '.join(sorted(properties))})")
+    if len(unknown) > MAX_UNKNOWN_SHOWN:
+        problems.append(f"tool.kiln: {len(unknown) - MAX_UNKNOWN_SHOWN} more unknown keys")
+    for key in sorted(k for k in table if k in properties):
+        problem = _problem(f"tool.kiln.{key}", table[key], properties[key])
         if problem:
             problems.append(problem)
+    for key in ("version-file", "matrix", "install-samples"):
+        value = table.get(key)
+        if isinstance(value, str) and ".." in Path(value).parts:
+            problems.append(f"tool.kiln.{key} = {_shown(value)} lies outside the project")
+    patterns = table.get("schema-sources")
+    if isinstance(patterns, list):
+        problems += [f"tool.kiln.schema-sources = {_shown(p)} lies outside the project" for p in patterns
+                     if isinstance(p, str) and ".." in Path(p).parts]
     if "version" in table and "version-file" in table:
         problems.append("tool.kiln: version and version-file both set; give one")
     return problems
@@ -202,15 +241,19 @@ def _read_pyproject(root: Path) -> dict[str, Any]:
         raise ProjectError([f"{path}: not valid TOML ({exc})"]) from None
 
 
-def _inside(root: Path, relative: str, key: str) -> Path:
+def _inside(root: Path, relative: str, key: str, regular: bool = False) -> Path:
+    """``relative`` resolved (symlinks followed) inside ``root``; with ``regular``, it must be a regular file
+    there (a FIFO or device would block or never end a read)."""
     candidate = (root / relative).resolve()
     if ".." in Path(relative).parts or not candidate.is_relative_to(root.resolve()):
         raise ProjectError([f"tool.kiln.{key} = {relative!r} lies outside the project"])
+    if regular and candidate.exists() and not candidate.is_file():
+        raise ProjectError([f"tool.kiln.{key} = {relative!r} is not a regular file"])
     return candidate
 
 
 def _version_from_file(root: Path, relative: str) -> str:
-    path = _inside(root, relative, "version-file")
+    path = _inside(root, relative, "version-file", regular=True)
     try:
         with path.open("rb") as fh:
             raw = fh.read(MAX_VERSION_FILE_BYTES + 1)
@@ -271,6 +314,13 @@ def load_project(root: Path) -> KilnProject:
         where = "tool.kiln.package" if "package" in table else "tool.kiln.package (default, from [project] name)"
         raise ProjectError([f"{where} = {package!r} cannot be imported (not an identifier, or a Python keyword)"])
     namespace = table.get("namespace", package)
+    reserved = name_problems(package, namespace,
+                             "tool.kiln.package" if "package" in table else
+                             "tool.kiln.package (default, from [project] name)",
+                             "tool.kiln.namespace" if "namespace" in table else
+                             "tool.kiln.namespace (default, the package)")
+    if reserved:
+        raise ProjectError(reserved)
     if keyword.iskeyword(namespace):
         raise ProjectError([f"tool.kiln.namespace = {namespace!r} is a Python keyword: torch.ops.{namespace} "
                             "cannot be written"])
@@ -281,13 +331,15 @@ def load_project(root: Path) -> KilnProject:
         raise ProjectError(['tool.kiln: build = "kiln" needs the base version: version = "X.Y.Z" or '
                             'version-file = "FILE" (the metadata provider adds the label)'])
     matrix = table.get("matrix", "kiln")
-    matrix_file = data_path("matrix.json") if matrix == "kiln" else _inside(root, matrix, "matrix")
+    matrix_file = data_path("matrix.json") if matrix == "kiln" else _inside(root, matrix, "matrix", regular=True)
     if not matrix_file.is_file():
         raise ProjectError([f"tool.kiln.matrix = {matrix!r}: no such file"])
     samples = table.get("install-samples")
     # Only where a wheel is exercised after an install (kiln_tool.op_smoke) does the path have to exist: a
     # release from a checkout without the project's tests still reads the table.
     samples_path = _inside(root, samples, "install-samples") if samples is not None else None
+    if samples_path is not None and samples_path.exists() and not (samples_path.is_file() or samples_path.is_dir()):
+        raise ProjectError([f"tool.kiln.install-samples = {samples!r} is neither a regular file nor a folder"])
     return KilnProject(
         root=root, name=canonical, package=package, namespace=namespace, build=build,
         libraries=table.get("libraries", "python-module"), abi_modes=tuple(table.get("abi", ["torch"])),
