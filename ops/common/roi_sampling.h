@@ -4,8 +4,9 @@
 // under nvcc.
 //
 // What holds for which op: `bilinear` (the taps and torchvision's boundary rules) is every
-// bilinear RoI op's, ps_roi_align's too. `make_roi`, `sample_x/y` and `Roi::count` are roi_align's
-// only: torchvision's ps_roi_align places samples at start + p * bin + (i + 0.5) * bin / grid (not
+// bilinear RoI op's, ps_roi_align's too. `make_roi`, `sample_x/y`, `for_each_sample` (a bin's sample
+// loop) and `Roi::count` are roi_align's only: torchvision's ps_roi_align places samples at
+// start + p * bin + (i + 0.5) * bin / grid (not
 // (i + 0.5) * (bin / grid)), always shifts by -0.5, never clamps a roi to one pixel, takes ceil(bin)
 // as a (possibly zero or negative) int grid, and divides by grid_h * grid_w unclamped, so a zero grid
 // gives 0 / 0 = NaN where roi_align gives 0 (ops/ps_roi_align/ps_roi_align.h has its rules).
@@ -119,6 +120,20 @@ OPKILN_HD Sample<Acc> bilinear(std::int64_t height, std::int64_t width, Acc y, A
   s.o4 = y_hi * width + x_hi;
   bilinear::set_weights(s, y - static_cast<Acc>(y_lo), x - static_cast<Acc>(x_lo));
   return s;
+}
+
+// The sample loop of a bin: f(sample) for every valid bilinear sample of bin (ph, pw) of `roi`'s grid,
+// iy then ix (torchvision's order), in a plane of height x width.
+template <typename Acc, typename F>
+OPKILN_HD void for_each_sample(const Roi<Acc>& roi, std::int64_t ph, std::int64_t pw, std::int64_t height,
+                               std::int64_t width, F&& f) {
+  for (std::int64_t iy = 0; iy < roi.grid_h; ++iy) {
+    const Acc y = sample_y(roi, ph, iy);
+    for (std::int64_t ix = 0; ix < roi.grid_w; ++ix) {
+      const Sample<Acc> s = bilinear(height, width, y, sample_x(roi, pw, ix));
+      if (s.valid) f(s);
+    }
+  }
 }
 
 }  // namespace opkiln::kernels::roi_sampling

@@ -61,13 +61,7 @@ struct RoiAlign {
   template <typename Acc, typename Round, typename F>
   OPKILN_HD static void taps(const Roi<Acc>& roi, std::int64_t ph, std::int64_t pw, const RoiFamilyGeometry& g, Round,
                              F&& f) {
-    for (std::int64_t iy = 0; iy < roi.grid_h; ++iy) {
-      const Acc y = roi_sampling::sample_y(roi, ph, iy);
-      for (std::int64_t ix = 0; ix < roi.grid_w; ++ix) {
-        const Tap<Acc> s = roi_sampling::bilinear(g.height, g.width, y, roi_sampling::sample_x(roi, pw, ix));
-        if (s.valid) f(s);
-      }
-    }
+    roi_sampling::for_each_sample(roi, ph, pw, g.height, g.width, f);
   }
 
   template <typename Acc>
