@@ -61,3 +61,36 @@ def test_an_editable_install_imports_through_the_guard_and_rebuilds_after_an_edi
     again = run_python(python, CHECK, elsewhere)
     assert again.returncode == 0, again.stdout + again.stderr
     assert json.loads(again.stdout.strip().splitlines()[-1])["out"] == [[2.0, 2.0], [4.0, 4.0]]
+
+
+RING_CHECK = """
+import json, torch, ringops
+print(json.dumps({"file": ringops.__file__, "out": torch.ops.ringops.ring_shift(torch.ones(1, 3), 1).tolist(),
+                  "ops": ringops._kiln.guard.build_info()["ops"]}))
+"""
+
+
+def test_a_kiln_build_installs_editable_and_rebuilds_on_import_after_an_edit(kiln_tool: KilnTool,
+                                                                             tmp_path: Path) -> None:
+    """kiln's build: scikit-build-core's rebuild on import, so the edit is what the next import runs."""
+    from support.venvs import make_venv
+
+    with timed("ringops develop: the maintainer's venv (torch 2.13.0, scikit-build-core, cmake, ninja, torch-kiln)"):
+        python = make_venv(tmp_path / "venv", "2.13.0",
+                           extra=["scikit-build-core>=1.1.2", "cmake>=3.26", "ninja", str(kiln_tool.wheel)])
+    root = clone_project("ringops", tmp_path / "src")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    _develop(python.parent.parent, root, "ringops develop: kiln develop")
+    first = run_python(python, RING_CHECK, elsewhere)
+    assert first.returncode == 0, first.stdout + first.stderr
+    seen = json.loads(first.stdout.strip().splitlines()[-1])
+    assert seen["out"] == [[1.0, 1.0, 1.0]] and seen["ops"] == ["ringops::ring_shift"], seen
+    kernel = root / "csrc" / "ringops.cpp"
+    text = kernel.read_text()
+    assert text.count("= src[r * s.n + c];") == 1
+    kernel.write_text(text.replace("= src[r * s.n + c];", "= 2 * src[r * s.n + c];"))
+    with timed("ringops develop: the import after a one-line kernel edit (rebuild on import)"):
+        again = run_python(python, RING_CHECK, elsewhere)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert json.loads(again.stdout.strip().splitlines()[-1])["out"] == [[2.0, 2.0, 2.0]]
