@@ -35,17 +35,19 @@ PROBE = (
 )
 
 # The cost of one more op, measured with generated ops after the package is imported: N ops defined in a fresh
-# namespace (schema, a CPU kernel), each registered the way the package registers its ops (its ops module's
-# _register_fake and _register_autograd where it has them, else torch.library's public calls), a torch.fx.wrap-ped
+# namespace (schema, a CPU kernel), each registered through kiln's generated <package>/_kiln/registration.py
+# (register_fake, register_autograd; torch.library's public calls for a package without it), a torch.fx.wrap-ped
 # wrapper, then kiln's import guard's proof that every op of a manifest of N is registered (guard.missing_ops).
 # Printed: the CPU ms of the registrations for 6 ops and for 60 ops; the slope is their difference / 54.
 SLOPE_PROBE = (
     "import importlib, sys, time, torch, torch.fx\n"
     "name = sys.argv[1]\n"
     "module = importlib.import_module(name)\n"
-    "ops = getattr(module, 'ops', None)\n"
-    "fake = getattr(ops, '_register_fake', None) or (lambda q: torch.library.register_fake(q))\n"
-    "autograd = getattr(ops, '_register_autograd', None) or torch.library.register_autograd\n"
+    "try:\n"
+    "    helpers = importlib.import_module(name + '._kiln.registration')\n"
+    "    fake, autograd = helpers.register_fake, helpers.register_autograd\n"
+    "except ImportError:\n"
+    "    fake, autograd = (lambda q: torch.library.register_fake(q)), torch.library.register_autograd\n"
     "try:\n"
     "    missing_ops = importlib.import_module(name + '._kiln.loader').missing_ops\n"
     "except ImportError:\n"
@@ -167,8 +169,8 @@ def main(argv: list[str] | None = None) -> int:
           f"(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)")
     print(f"  share of `import torch` in the same process: median {100 * result['share_of_torch_import']:.2f}%")
     if slopes:
-        print(f"  one more op (generated ops, 6 then 60, registered as the package registers its ops, and the "
-              f"guard's proof): median {result['per_op_cpu_ms']:.3f} CPU ms per op over {len(slopes)} processes")
+        print(f"  one more op (generated ops, 6 then 60, registered through the package's _kiln/registration.py, and "
+              f"the guard's proof): median {result['per_op_cpu_ms']:.3f} CPU ms per op over {len(slopes)} processes")
     if guard:
         print(f"  kiln's import guard alone (guard.load: its modules, preflight, library loads, op proof): median "
               f"{result['guard_median_ms']:.2f} ms, CPU time median {result['guard_cpu_median_ms']:.2f} ms")

@@ -49,6 +49,8 @@ from torch import Tensor, nn
 from torch.jit.annotations import BroadcastingList2
 from torch.nn.modules.utils import _pair as _conv_pair
 
+from ._kiln import registration
+
 __all__ = ["DeformConv2d", "PSRoIAlign", "PSRoIPool", "RoIAlign", "RoIPool", "batched_nms", "deform_conv2d", "nms",
            "ps_roi_align", "ps_roi_pool", "rms_norm", "roi_align", "roi_pool", "weighted_sum"]
 
@@ -58,49 +60,10 @@ _FLOAT_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 
-# Every op registers the same way, at a cost that does not grow with what torch.library does per call:
-# - _register_fake(qualname) fills the fake-impl registry entry torch.library.register_fake fills (and, as it
-#   does, a Meta kernel), without its per-call caller lookup (inspect reads frames, source and sys.modules:
-#   about 0.2 ms an op).
-# - _register_autograd(qualname, backward, setup_context) registers the op's Autograd kernel now, and builds
-#   the kernel torch.library.register_autograd would have built (an autograd.Function and a dataclass, about
-#   0.8 ms an op) on the op's first call through autograd, once.
-# Where this torch lacks the registry or the builder, both fall back to the public calls.
-
-
-def _register_fake(name: str) -> Callable[[_F], _F]:
-    def register(fn: _F) -> _F:
-        holder = getattr(torch._library.simple_registry.singleton.find(name), "fake_impl", None)
-        if holder is None or not hasattr(holder, "register"):
-            torch.library.register_fake(name, fn, lib=_library_for(name))
-        else:
-            holder.register(fn, f"{__name__}.{fn.__qualname__}", lib=_library_for(name))
-        return fn
-    return register
-
-
-def _register_autograd(name: str, backward: Callable[..., Any], *, setup_context: Callable[..., Any]) -> None:
-    library_autograd: Any = getattr(torch._library, "autograd", None)
-    if not (hasattr(library_autograd, "make_autograd_impl") and hasattr(library_autograd, "Info")):
-        torch.library.register_autograd(name, backward, setup_context=setup_context, lib=_library_for(name))
-        return
-    built: list[Callable[..., Any]] = []
-
-    def kernel(keyset: Any, *args: Any, **kwargs: Any) -> Any:
-        if not built:
-            op = torch._library.utils.lookup_op(name)
-            built.append(library_autograd.make_autograd_impl(op, library_autograd.Info(backward, setup_context)))
-        return built[0](keyset, *args, **kwargs)
-
-    _library_for(name).impl(name.partition("::")[2], kernel, "Autograd", with_keyset=True)  # type: ignore[no-untyped-call]
-
-
-def _library_for(qualname: str) -> torch.library.Library:
-    """The IMPL library of the op's namespace (opkiln's own: _impl_lib), kept alive with the module."""
-    namespace = qualname.partition("::")[0]
-    if namespace not in _impl_libs:
-        _impl_libs[namespace] = torch.library.Library(namespace, "IMPL")  # type: ignore[no-untyped-call]
-    return _impl_libs[namespace]
+# Every op registers through these two (kiln's generated _kiln/registration.py): torch.library's registrations
+# at a cost per op that stays flat (the autograd kernel is built on first use); docs/adding-an-op.md.
+_register_fake = cast(Callable[[str], Callable[[_F], _F]], registration.register_fake)
+_register_autograd = cast(Callable[..., None], registration.register_autograd)
 
 
 def _check(cond: bool, message: Callable[[], str]) -> None:
@@ -114,7 +77,6 @@ def _check_value(cond: bool, message: Callable[[], str]) -> None:
 
 # Python kernels of the opkiln ops (autocast, the quantized refusal); kept alive with the module.
 _impl_lib = torch.library.Library("opkiln", "IMPL")  # type: ignore[no-untyped-call]
-_impl_libs = {"opkiln": _impl_lib}
 
 _AUTOCAST_KEYS = {"cpu": "AutocastCPU", "cuda": "AutocastCUDA"}
 
