@@ -140,7 +140,7 @@ def test_a_library_an_uninstalled_declared_dependency_may_ship_is_unknown_not_mi
     check = found[("undefined-symbols", "dependency-unknown")]
     assert check.severity == "warning"
     assert "needs libkilnblas.so.1, which is in neither the wheel, torch nor the platform; the wheel declares " \
-        "dependencies that are not installed where this audit runs ('kilnblas-cu12>=1'), which may ship it" \
+        "dependencies that are installed nowhere this audit runs ('kilnblas-cu12>=1'), which may ship it" \
         in check.detail
     assert "--fetch-dependencies" in check.fix
     assert "not found" not in " ".join(c.detail for _, c in declared.rows())
@@ -275,7 +275,7 @@ def test_a_library_any_uninstalled_dependency_may_ship_is_unknown_whatever_its_n
     found = _failed(_audit(tmp_path / "a", {"kilntest/cue.so": cue}, requires))
     unknown = found[("undefined-symbols", "dependency-unknown")]
     assert unknown.severity == "warning" and ("undefined-symbols", "") not in found
-    assert "the wheel declares dependencies that are not installed where this audit runs ('acme-ops-cu13>=1'), " \
+    assert "the wheel declares dependencies that are installed nowhere this audit runs ('acme-ops-cu13>=1'), " \
         "which may ship it" in unknown.detail, unknown.detail
     # Only installed ones (numpy is, in torch's site-packages): the library is missing, an error.
     only_installed = _failed(_audit(tmp_path / "b", {"kilntest/cue.so": cue}, ("torch==2.13.0", "numpy")))

@@ -49,31 +49,24 @@ class ArtifactContext:
     fetched: dict[str, ShippedFile] | None = None
 
     def dependency_providing(self, library: str) -> str | None:
-        """The declared dependency (Requires-Dist) whose installed files hold `library`, looked up in the
-        target torch's site-packages (where the wheel's dependencies are installed beside it)."""
+        """The declared dependency (Requires-Dist) whose installed files hold `library`, looked up where the audit
+        runs: the target torch's site-packages (where the wheel's dependencies are installed beside it), then
+        kiln's own environment."""
         if self._dependency_files is None:
             self._dependency_files = {}
-            site = self.torch.site_dir if self.torch is not None else None
-            if site is not None and self.requires:
-                from importlib.metadata import distributions
+            if self.requires:
+                from .dependencies import applicable, installed_distributions
 
-                from packaging.requirements import InvalidRequirement, Requirement
-                from packaging.utils import canonicalize_name
-
-                declared = {}
-                for text in self.requires:
-                    try:
-                        requirement = Requirement(text)
-                    except InvalidRequirement:
+                site = self.torch.site_dir if self.torch is not None else None
+                installed = installed_distributions(site)
+                for name, text in applicable(self.requires, self.arch):
+                    dist = installed.get(name)
+                    if dist is None:
                         continue
-                    declared[canonicalize_name(requirement.name)] = text
-                for dist in distributions(path=[str(site)]):
-                    name = canonicalize_name(dist.metadata["Name"] or "")
-                    if name in declared and name != "torch":
-                        for file in dist.files or []:
-                            self._dependency_files.setdefault(PurePosixPath(str(file)).name,
-                                                              f"{dist.metadata['Name']} {dist.version} "
-                                                              f"(Requires-Dist: {declared[name]})")
+                    for file in dist.files or []:
+                        self._dependency_files.setdefault(PurePosixPath(str(file)).name,
+                                                          f"{dist.metadata['Name']} {dist.version} "
+                                                          f"(Requires-Dist: {text})")
         return self._dependency_files.get(library)
 
     def uninstalled_dependencies(self) -> list[str]:

@@ -13,6 +13,7 @@ import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .errors import AuditInputError
 
@@ -57,14 +58,24 @@ def applicable(requires: tuple[str, ...], arch: str) -> list[tuple[str, str]]:
     return declared
 
 
-def uninstalled(requires: tuple[str, ...], arch: str, site: Path | None) -> list[str]:
-    """The Requires-Dist texts of applicable() dependencies not installed in `site` (all of them without one)."""
+def installed_distributions(site: Path | None) -> dict[str, Any]:
+    """Canonical name -> distribution, installed where the audit runs: the target torch's site-packages first,
+    then the running interpreter's own (kiln's environment), whose file lists are as much evidence."""
     from importlib.metadata import distributions
 
     from packaging.utils import canonicalize_name
 
-    installed = {canonicalize_name(d.metadata["Name"] or "") for d in distributions(path=[str(site)])} \
-        if site is not None else set()
+    found: dict[str, Any] = {}
+    for where in ([str(site)] if site is not None else []), sys.path:
+        for dist in distributions(path=list(where)):
+            found.setdefault(canonicalize_name(dist.metadata["Name"] or ""), dist)
+    return found
+
+
+def uninstalled(requires: tuple[str, ...], arch: str, site: Path | None) -> list[str]:
+    """The Requires-Dist texts of applicable() dependencies installed nowhere the audit runs (neither beside the
+    target torch nor in kiln's own environment): nothing says which files they ship."""
+    installed = installed_distributions(site)
     return [text for name, text in applicable(requires, arch) if name not in installed]
 
 

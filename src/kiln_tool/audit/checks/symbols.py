@@ -245,10 +245,11 @@ def check_undefined_symbols(ctx: LibraryContext) -> list[CheckResult]:
         # Any of them may ship it, whatever its name (libcue_ops.so in <project>-ops-cu13): the evidence is that
         # it is in no place this audit can see, and that they are not here to look into.
         extra.append(failed(
-            "undefined-symbols", f"{ctx.member} needs {_sample(maybe)}, which is in neither the wheel, torch nor "
-            f"the platform; the wheel declares dependencies that are not installed where this audit runs "
-            f"({', '.join(repr(d) for d in uninstalled)}), which may ship it: whether one does, and the symbols "
-            "left to it, were not checked (unknown, not missing).",
+            "undefined-symbols", f"{ctx.member} needs {_sample(maybe)}, which {'is' if len(maybe) == 1 else 'are'} "
+            f"in neither the wheel, torch nor the platform; the wheel declares dependencies that are installed "
+            f"nowhere this audit runs ({', '.join(repr(d) for d in uninstalled)}), which may ship "
+            f"{'it' if len(maybe) == 1 else 'them'}: whether one does, and the symbols left to "
+            f"{'it' if len(maybe) == 1 else 'them'}, were not checked (unknown, not missing).",
             "nothing, if a dependency ships it and the library's RUNPATH reaches it; to check, rerun with "
             "--fetch-dependencies (downloads their wheels with pip download --no-deps and reads their file lists), "
             "or audit where they are installed beside torch (--torch-lib DIR of that site-packages).",
