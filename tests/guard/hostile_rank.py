@@ -46,6 +46,7 @@ def twice(rank: int) -> int:
         spec = importlib.util.find_spec("kr_pkg")
         assert spec is not None and spec.submodule_search_locations
         shutil.rmtree(next(iter(spec.submodule_search_locations)))
+        sys.modules.pop("kr_pkg", None)  # the first check imported it
         importlib.invalidate_caches()
     loaded = importlib.util.spec_from_file_location("kiln_ranks_copy", sys.argv[3])
     assert loaded is not None and loaded.loader is not None
