@@ -295,6 +295,8 @@ def label_wheel(wheel: Path, out_dir: Path, project: KilnProject, torch: TorchIn
     ops = registered_ops(wheel, project, python_exe, env)
     try:
         info = backend_build_info(project, torch, variant, python, commit, ops)
+        if commit:  # a build of a copy without .git (kiln repro): the build's environment says what git would
+            info["git_dirty"] = {"1": True, "0": False}.get(env.get("KILN_GIT_DIRTY", "").strip())
         return relabel_wheel(wheel, out_dir, package=project.package, project=project.name,
                              local_label=local_label(torch, variant),
                              torch_requirement=torch_requirement(torch, variant, ""), build_info=info, epoch=epoch)
