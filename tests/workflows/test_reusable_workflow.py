@@ -38,7 +38,11 @@ def test_the_pins_agree_with_kiln() -> None:
     pinned = dict(line.split("==") for line in (REPO / "requirements" / "test.txt").read_text().splitlines()
                   if "==" in line and not line.startswith("#"))
     install = str(_steps("build")["Install kiln and cibuildwheel"]["run"])
-    assert f"cibuildwheel=={pinned['cibuildwheel']}" in install
+    # cibuildwheel comes with hashes from the lock kiln ships (issue 43), pinned to the tested version.
+    assert 'data_path("requirements/cibuildwheel.lock")' in install and '--require-hashes -r "$lock"' in install
+    lock = (REPO / "src" / "kiln_tool" / "data" / "requirements" / "cibuildwheel.lock").read_text()
+    assert f"\ncibuildwheel=={pinned['cibuildwheel']} \\\n    --hash=sha256:" in lock
+    assert all("--hash=sha256:" in block for block in re.split(r"\n(?=[a-z])", lock.split("\n", 2)[2]) if block)
     documented = set(re.findall(r"^\| `([\w-]+)` \|", DOC.read_text(), flags=re.M))
     assert documented == set(inputs), "docs/reusable-workflow.md's input table and kiln.yml's inputs differ"
 
