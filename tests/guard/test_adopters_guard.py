@@ -99,7 +99,8 @@ def test_ringops_on_another_torch_names_its_page(wheel_venv, torch214_site: Path
     # A mirror: RINGOPS_INDEX_URL replaces the build info's index URL.
     mirrored = clean_failure(venv.run("-c", "import ringops", env={"RINGOPS_INDEX_URL": "https://m.example/r/"}),
                              "RingopsEnvironmentError")
-    assert f"pip install ringops -f {page('https://m.example/r', '2.14', 'cu130')}" in mirrored
+    assert f"pip install --force-reinstall --no-deps ringops -f {page('https://m.example/r', '2.14', 'cu130')}" \
+        in mirrored
     # The doctor runs although the import fails, and gives the same fix.
     rc, report = doctor(venv, "ringops")
     assert rc == 1 and report["verdict"] == "fail" and report["fix"] == command
@@ -134,7 +135,9 @@ def test_twinlibs_on_another_torch_names_the_page(wheel_venv, torch214_site: Pat
     """twinlibs names no index URL: the command names the page under $TWINLIBS_INDEX_URL, or under its value."""
     venv = wheel_venv("twinlibs-on-torch2.14-cu130", torch214_site, twinlibs_cpu.wheel("pt213cpu"))
     out = clean_failure(venv.run("-c", "import twinlibs"), "TwinlibsEnvironmentError")
-    assert f"pip install twinlibs -f {page('${TWINLIBS_INDEX_URL}', '2.14', 'cu130')}" in out
+    # No URL known: the variable, quoted so that the pasted command expands it into one word.
+    variable = '"${TWINLIBS_INDEX_URL}"'
+    assert f"pip install --force-reinstall --no-deps twinlibs -f {page(variable, '2.14', 'cu130')}" in out
     assert "this build names no index URL: set TWINLIBS_INDEX_URL" in out
     site = "http://127.0.0.1:8123/twinlibs"
     out = clean_failure(venv.run("-c", "import twinlibs", env={"TWINLIBS_INDEX_URL": site}),
