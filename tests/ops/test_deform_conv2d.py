@@ -11,12 +11,10 @@ from typing import Any
 
 import pytest
 import torch
-from hypothesis import assume, given, settings
-from hypothesis import strategies as st
 
 import opkiln
 from opkiln import ops
-from support.deform_conv2d_reference import deform_conv2d_ref
+from support.deform_conv2d_reference import CASES, deform_conv2d_ref, random_args, run_with_grads
 from support.ops_reference import DEVICES, TOL
 
 
@@ -27,48 +25,6 @@ def _tv() -> ModuleType:
     return tv_ops
 
 
-def _args(n: int, c: int, h: int, w: int, c_out: int, kernel: tuple[int, int], groups: int, offset_groups: int,
-          stride: Any, padding: Any, dilation: Any, dtype: torch.dtype = torch.float64, device: str = "cpu",
-          seed: int = 0, spread: float = 2.0) -> dict[str, Any]:
-    """Random inputs of one configuration; offsets of `spread` pixels reach beyond the plane."""
-    gen = torch.Generator().manual_seed(seed)
-    (sh, sw), (ph, pw), (dh, dw) = (torch.nn.modules.utils._pair(v) for v in (stride, padding, dilation))
-    kh, kw = kernel
-    oh = (h + 2 * ph - (dh * (kh - 1) + 1)) // sh + 1
-    ow = (w + 2 * pw - (dw * (kw - 1) + 1)) // sw + 1
-
-    def rand(*shape: int, scale: float = 1.0) -> torch.Tensor:
-        return (torch.randn(*shape, generator=gen, dtype=torch.float64) * scale).to(dtype).to(device)
-
-    return {"input": rand(n, c, h, w), "offset": rand(n, 2 * offset_groups * kh * kw, oh, ow, scale=spread),
-            "weight": rand(c_out, c // groups, kh, kw), "bias": rand(c_out),
-            "mask": rand(n, offset_groups * kh * kw, oh, ow).sigmoid(), "stride": stride, "padding": padding,
-            "dilation": dilation}
-
-
-# (n, c, h, w, c_out, kernel, groups, offset_groups, stride, padding, dilation)
-CASES = [
-    (2, 6, 5, 4, 2, (3, 2), 2, 3, (2, 1), (1, 0), (2, 1)),  # torchvision's own test case
-    (1, 4, 7, 6, 6, (3, 3), 1, 1, 1, 1, 1),
-    (2, 4, 6, 8, 4, (1, 1), 2, 2, 1, 0, 1),
-    (1, 8, 9, 7, 4, (3, 3), 4, 2, 2, (2, 1), (1, 2)),
-]
-
-
-def _grads(out: torch.Tensor, tensors: list[torch.Tensor]) -> tuple[torch.Tensor, ...]:
-    grad = torch.randn(out.shape, generator=torch.Generator().manual_seed(7), dtype=out.dtype).to(out.device)
-    return torch.autograd.grad(out, tensors, grad)
-
-
-def _run(f: Any, a: dict[str, Any], use_mask: bool, use_bias: bool) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
-    leaves = {k: a[k].detach().clone().requires_grad_(True) for k in ("input", "offset", "weight", "bias", "mask")}
-    bias = leaves["bias"] if use_bias else None
-    mask = leaves["mask"] if use_mask else None
-    out = f(leaves["input"], leaves["offset"], leaves["weight"], bias, stride=a["stride"], padding=a["padding"],
-            dilation=a["dilation"], mask=mask)
-    wanted = [leaves[k] for k in ("input", "offset", "weight")] + ([bias] if use_bias else []) \
-        + ([mask] if use_mask else [])
-    return out, _grads(out, [t for t in wanted if t is not None])
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -77,9 +33,9 @@ def _run(f: Any, a: dict[str, Any], use_mask: bool, use_bias: bool) -> tuple[tor
 @pytest.mark.parametrize("use_bias", [True, False])
 def test_forward_and_gradients_match_reference(device: str, case: tuple[Any, ...], use_mask: bool,
                                                use_bias: bool) -> None:
-    a = _args(*case, device=device)
-    out, grads = _run(ops.deform_conv2d, a, use_mask, use_bias)
-    expected, expected_grads = _run(deform_conv2d_ref, a, use_mask, use_bias)
+    a = random_args(*case, device=device)
+    out, grads = run_with_grads(ops.deform_conv2d, a, use_mask, use_bias)
+    expected, expected_grads = run_with_grads(deform_conv2d_ref, a, use_mask, use_bias)
     torch.testing.assert_close(out, expected, **TOL[torch.float64])
     for got, want in zip(grads, expected_grads, strict=True):
         torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-10)
@@ -87,7 +43,7 @@ def test_forward_and_gradients_match_reference(device: str, case: tuple[Any, ...
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
 def test_dtypes(dtype: torch.dtype) -> None:
-    a = _args(*CASES[1], dtype=dtype, seed=3)
+    a = random_args(*CASES[1], dtype=dtype, seed=3)
     out = ops.deform_conv2d(a["input"], a["offset"], a["weight"], a["bias"], padding=1, mask=a["mask"])
     assert out.dtype == dtype
     wide = {k: v.double() if isinstance(v, torch.Tensor) else v for k, v in a.items()}
@@ -98,7 +54,7 @@ def test_dtypes(dtype: torch.dtype) -> None:
 
 
 def test_gradcheck_every_input() -> None:
-    a = _args(*CASES[0])
+    a = random_args(*CASES[0])
     ts = [a[k].requires_grad_(True) for k in ("input", "offset", "weight", "bias", "mask")]
 
     def f(x: torch.Tensor, off: torch.Tensor, w: torch.Tensor, b: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
@@ -110,16 +66,16 @@ def test_gradcheck_every_input() -> None:
 def test_blocks_of_images_match_reference() -> None:
     # 16 channels x 9 taps x 128 x 128 positions: over the binding's column budget, one image a block
     # (the weight's gradient sums over the blocks).
-    a = _args(3, 16, 128, 128, 4, (3, 3), 1, 1, 1, 1, 1, seed=5)
-    out, grads = _run(ops.deform_conv2d, a, True, True)
-    expected, expected_grads = _run(deform_conv2d_ref, a, True, True)
+    a = random_args(3, 16, 128, 128, 4, (3, 3), 1, 1, 1, 1, 1, seed=5)
+    out, grads = run_with_grads(ops.deform_conv2d, a, True, True)
+    expected, expected_grads = run_with_grads(deform_conv2d_ref, a, True, True)
     torch.testing.assert_close(out, expected, **TOL[torch.float64])
     for got, want in zip(grads, expected_grads, strict=True):
         torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-10)
 
 
 def test_non_contiguous_inputs() -> None:
-    a = _args(*CASES[0])
+    a = random_args(*CASES[0])
     x = a["input"].permute(0, 1, 3, 2).contiguous().permute(0, 1, 3, 2)
     off = a["offset"].permute(1, 3, 0, 2).contiguous().permute(2, 0, 3, 1)
     w = a["weight"].permute(3, 2, 0, 1).contiguous().permute(2, 3, 1, 0)
@@ -130,15 +86,15 @@ def test_non_contiguous_inputs() -> None:
 
 
 def test_empty_batch() -> None:
-    a = _args(0, 6, 5, 4, 2, (3, 2), 2, 3, (2, 1), (1, 0), (2, 1))
-    out, grads = _run(ops.deform_conv2d, a, True, True)
+    a = random_args(0, 6, 5, 4, 2, (3, 2), 2, 3, (2, 1), (1, 0), (2, 1))
+    out, grads = run_with_grads(ops.deform_conv2d, a, True, True)
     assert out.shape == (0, 2, 2, 3)
     assert [tuple(g.shape) for g in grads] == [(0, 6, 5, 4), (0, 36, 2, 3), (2, 3, 3, 2), (2,), (0, 18, 2, 3)]
     assert all(int(g.count_nonzero()) == 0 for g in grads)
 
 
 def test_offsets_far_outside_read_zero() -> None:
-    a = _args(*CASES[1])
+    a = random_args(*CASES[1])
     far = torch.full_like(a["offset"], 1e6)
     out = ops.deform_conv2d(a["input"], far, a["weight"], a["bias"], padding=1)
     torch.testing.assert_close(out, a["bias"].reshape(1, -1, 1, 1).expand_as(out))
@@ -160,7 +116,7 @@ def test_infinite_input_outside_the_taps_stays_out() -> None:
 
 @pytest.fixture
 def layer_args() -> dict[str, Any]:
-    return _args(*CASES[0])
+    return random_args(*CASES[0])
 
 
 def test_offset_of_a_wrong_shape_is_torchvisions_runtime_error(layer_args: dict[str, Any]) -> None:
@@ -228,9 +184,9 @@ def test_signatures_equal_torchvisions() -> None:
 @pytest.mark.parametrize("case", CASES, ids=str)
 def test_matches_torchvision(case: tuple[Any, ...]) -> None:
     tv = _tv()
-    a = _args(*case, seed=11)
-    out, grads = _run(ops.deform_conv2d, a, True, True)
-    expected, expected_grads = _run(tv.deform_conv2d, a, True, True)
+    a = random_args(*case, seed=11)
+    out, grads = run_with_grads(ops.deform_conv2d, a, True, True)
+    expected, expected_grads = run_with_grads(tv.deform_conv2d, a, True, True)
     torch.testing.assert_close(out, expected)
     for got, want in zip(grads, expected_grads, strict=True):
         torch.testing.assert_close(got, want)
@@ -242,13 +198,13 @@ def test_layer_state_dict_loads_into_torchvisions() -> None:
     ours = ops.DeformConv2d(4, 6, 3, padding=1)
     theirs = tv.DeformConv2d(4, 6, 3, padding=1)
     theirs.load_state_dict(ours.state_dict())
-    a = _args(1, 4, 7, 6, 6, (3, 3), 1, 1, 1, 1, 1, dtype=torch.float32)
+    a = random_args(1, 4, 7, 6, 6, (3, 3), 1, 1, 1, 1, 1, dtype=torch.float32)
     torch.testing.assert_close(ours(a["input"], a["offset"], a["mask"]), theirs(a["input"], a["offset"], a["mask"]))
 
 
 def test_torchscript_and_fx() -> None:
     layer = ops.DeformConv2d(4, 6, 3, padding=1).double()
-    a = _args(*CASES[1])
+    a = random_args(*CASES[1])
     scripted = torch.jit.script(layer)
     torch.testing.assert_close(scripted(a["input"], a["offset"], a["mask"]), layer(a["input"], a["offset"], a["mask"]))
 
@@ -267,7 +223,7 @@ def test_torchscript_and_fx() -> None:
 
 
 def test_autocast_runs_in_float32_and_returns_inputs_dtype() -> None:
-    a = _args(*CASES[1], dtype=torch.bfloat16)
+    a = random_args(*CASES[1], dtype=torch.bfloat16)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         out = ops.deform_conv2d(a["input"], a["offset"], a["weight"], a["bias"], padding=1, mask=a["mask"])
     assert out.dtype == torch.bfloat16
@@ -278,7 +234,7 @@ def test_autocast_runs_in_float32_and_returns_inputs_dtype() -> None:
 
 @pytest.mark.parametrize("use_mask", [True, False])
 def test_opcheck(use_mask: bool) -> None:
-    a = _args(*CASES[0])
+    a = random_args(*CASES[0])
     x, off, w, b, m = (a[k].requires_grad_(True) for k in ("input", "offset", "weight", "bias", "mask"))
     mask = m if use_mask else torch.zeros(2, 0, dtype=torch.float64)
     args = (x, w, off, mask, b, 2, 1, 1, 0, 2, 1, 2, 3, use_mask)
@@ -286,30 +242,9 @@ def test_opcheck(use_mask: bool) -> None:
 
 
 def test_double_backward_raises() -> None:
-    a = _args(*CASES[1])
+    a = random_args(*CASES[1])
     x = a["input"].requires_grad_(True)
     out = ops.deform_conv2d(x, a["offset"], a["weight"], padding=1)
     (g,) = torch.autograd.grad(out.sum(), x, create_graph=True)
     with pytest.raises(RuntimeError, match="double backward"):
         g.sum().backward()
-
-
-@settings(max_examples=25, deadline=None)
-@given(n=st.integers(0, 2), groups=st.sampled_from([1, 2]), offset_groups=st.sampled_from([1, 2]),
-       size=st.tuples(st.integers(1, 7), st.integers(1, 7)), kernel=st.tuples(st.integers(1, 3), st.integers(1, 3)),
-       stride=st.tuples(st.integers(1, 3), st.integers(1, 3)), padding=st.tuples(st.integers(0, 2), st.integers(0, 2)),
-       dilation=st.tuples(st.integers(1, 2), st.integers(1, 2)), use_mask=st.booleans(), seed=st.integers(0, 99))
-def test_random_geometry_matches_reference(n: int, groups: int, offset_groups: int, size: tuple[int, int],
-                                           kernel: tuple[int, int], stride: tuple[int, int],
-                                           padding: tuple[int, int], dilation: tuple[int, int], use_mask: bool,
-                                           seed: int) -> None:
-    (h, w), (kh, kw) = size, kernel
-    oh = (h + 2 * padding[0] - (dilation[0] * (kh - 1) + 1)) // stride[0] + 1
-    ow = (w + 2 * padding[1] - (dilation[1] * (kw - 1) + 1)) // stride[1] + 1
-    assume(oh > 0 and ow > 0)  # "Calculated output size too small": test_offset_of_a_wrong_shape...
-    a = _args(n, 4, h, w, 2, kernel, groups, offset_groups, stride, padding, dilation, seed=seed)
-    out, grads = _run(ops.deform_conv2d, a, use_mask, True)
-    expected, expected_grads = _run(deform_conv2d_ref, a, use_mask, True)
-    torch.testing.assert_close(out, expected, **TOL[torch.float64])
-    for got, want in zip(grads, expected_grads, strict=True):
-        torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-10)
