@@ -203,18 +203,47 @@ def _break_at(line: str, width: int, inside: int | None) -> tuple[int, int] | No
     return None if best is None else (best[1], best[2])
 
 
+def _open_brackets(line: str, opens: list[int]) -> list[int]:
+    """The columns of the brackets still open after `line` (`opens`: those open before it; strings
+    and a trailing comment skipped)."""
+    opens = list(opens)
+    quote = ""
+    for i, c in enumerate(line):
+        if quote:
+            if c == quote and line[i - 1] != "\\":
+                quote = ""
+        elif c in "\"'":
+            quote = c
+        elif c == "#" or line.startswith("//", i):
+            break
+        elif c in "([{":
+            opens.append(i)
+        elif c in ")]}" and opens:
+            opens.pop()
+    return opens
+
+
 def _wrap(text: str, width: int = WIDTH) -> str:
-    """Lines of generated code broken inside their brackets to fit `width` (C++ and Python alike)."""
+    """Lines of generated code broken inside their brackets to fit `width` (C++ and Python alike),
+    a bracket opened on an earlier line included."""
     out: list[str] = []
+    opens: list[int] = []
     for line in text.splitlines():
-        inside: int | None = None
+        inside: int | None = opens[-1] if opens else None
         comment = line.lstrip().startswith(("//", "#"))
+        pieces: list[str] = []
         while not comment and len(line) > width and (at := _break_at(line, width, inside)) is not None:
             cut, indent = at
-            out.append(line[:cut].rstrip())
+            pieces.append(line[:cut].rstrip())
             line = " " * indent + line[cut:].lstrip()
             inside = indent - 1
-        out.append(line)
+        pieces.append(line)
+        out.extend(pieces)
+        if not line.strip():
+            opens = []  # a blank line ends any statement
+        elif not comment:
+            for piece in pieces:
+                opens = _open_brackets(piece, opens)
     return "\n".join(out) + ("\n" if text.endswith("\n") else "")
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import ast
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -107,6 +109,17 @@ def test_every_kind_scaffolds_an_op_that_agrees_with_its_schemas(scaffolded: dic
         assert long == [], f"{path.name}: lines {long} longer than 120"
     ast.parse((root / "tests" / "ops" / "test_demo.py").read_text())
     ast.parse((root / OPS_PY).read_text())
+
+
+@pytest.mark.parametrize("label", VARIANTS)
+def test_every_kind_scaffolds_python_that_passes_ruff(scaffolded: dict[str, Path], label: str) -> None:
+    """The generated wrapper (ops.py with its section) and test pass the project's ruff rules as written."""
+    root = scaffolded[label]
+    paths = [str(root / OPS_PY), str(root / "tests" / "ops" / "test_demo.py")]
+    found = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "--output-format", "concise",
+                            "--config", str(REPO / "pyproject.toml"), *paths],
+                           capture_output=True, text=True, check=False)
+    assert found.returncode == 0, found.stdout + found.stderr
 
 
 def _edit(path: Path, old: str, new: str) -> None:
