@@ -82,23 +82,34 @@ wheels: system-deps-build venv
 	$(KILN) wheels $(if $(MATRIX),--matrix $(MATRIX),--variant $(VARIANT))
 
 # The README's test command (and .ci/run's): the Debian packages the suite and the container
-# pipeline use and the tool's wheel, then two lanes at once (the machine has 2 cores, and both lanes
-# wait on installs, servers and containers for much of their time): the suite, and the container
-# pipeline (opkiln's cibuildwheel and release rehearsal, the same for ringops, a project adopting kiln,
-# then the reproducibility of the container build). scripts/ci/phases.py prefixes each lane's lines
-# and prints the phase table at the end (CI_PHASES). A lane's failure fails make test; the other
-# lane still runs to its end, so one run reports both.
+# pipeline use and the tool's wheel, then three lanes at once (the machine has 2 cores, and every lane
+# waits on installs, servers, containers and single-threaded steps for much of its time):
+# - the container pipeline: opkiln's cibuildwheel and release rehearsal, the same for ringops (a project
+#   adopting kiln), then the reproducibility of the container build;
+# - every local wheel (`kiln wheels --matrix local`), then the suite in two pytest processes: the
+#   projects adopting kiln and the guard that runs on them (tests/adopters, tests/guard: they share the
+#   session's fixture builds), and the rest.
+# scripts/ci/phases.py prefixes each lane's lines and prints the phase table at the end (CI_PHASES). A
+# lane's failure fails make test; the other lanes still run to their end, so one run reports them all.
+# `make suite` is the same suite in one process.
 CI_PHASES ?= build/ci-phases.jsonl
 PHASE = $(PYTHON) scripts/ci/phases.py run --log $(CI_PHASES)
+ADOPTER_TESTS := tests/adopters tests/guard
 test: setup kiln-wheel
 	rm -f $(CI_PHASES)
-	$(MAKE) --no-print-directory -j2 -k test-suite-lane test-container-lane || \
+	$(MAKE) --no-print-directory -j3 -k test-container-lane test-suite-lane test-adopters-lane || \
 	  { $(PYTHON) scripts/ci/phases.py table $(CI_PHASES); exit 1; }
 	$(PYTHON) scripts/ci/phases.py table $(CI_PHASES)
 
-.PHONY: test-suite-lane test-container-lane
-test-suite-lane:
-	$(PHASE) suite suite -- $(MAKE) --no-print-directory suite
+.PHONY: test-wheels test-suite-lane test-adopters-lane test-container-lane
+test-wheels:
+	$(PHASE) suite wheels -- $(KILN) wheels --matrix local --install-into $(VENV)
+
+test-suite-lane: test-wheels
+	$(PHASE) suite pytest -- $(VPY) -m pytest $(foreach d,$(ADOPTER_TESTS),--ignore=$(d)) $(PYTEST_ARGS)
+
+test-adopters-lane: test-wheels
+	$(PHASE) adopters pytest -- $(VPY) -m pytest $(ADOPTER_TESTS) $(PYTEST_ARGS)
 
 # The adopter's rehearsal gets a tool wheel of its own folder: the suite reads dist/kiln/ meanwhile.
 test-container-lane:

@@ -7,6 +7,8 @@ into tests/_artifacts/ (plain scikit-build-core output).
 
 from __future__ import annotations
 
+import fcntl
+import json
 import os
 import shutil
 import sys
@@ -42,18 +44,43 @@ def _find(pattern: str, where: Path = REPO / "dist") -> Path | None:
     return hits[-1] if hits else None
 
 
+SOURCES = ("ops", "python", "src/kiln_tool", "cmake", "CMakeLists.txt", "pyproject.toml")
+
+
+def _newest_source() -> float:
+    newest = 0.0
+    for name in SOURCES:
+        path = REPO / name
+        paths = [path] if path.is_file() else (
+            p for p in path.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+        newest = max([newest, *(p.stat().st_mtime for p in paths)])
+    return newest
+
+
 def build_test_wheel(name: str, python: Path, cuda_tag: str, env: dict[str, str] | None = None) -> Path:
     """Build this checkout with kiln's own build step (pipeline.build_wheel, no repair) and `python`'s torch.
 
-    The wheel goes to tests/_artifacts/wheels-<name>, replacing what an earlier session
-    left there (it may predate the sources). `env` adds to the combination's build
-    environment, e.g. KILN_ABI_MODE=stable or KILN_CUDA_ARCHS.
+    The wheel goes to tests/_artifacts/wheels-<name>, replacing what an earlier session left there when it
+    predates the sources or was built otherwise; `env` adds to the combination's build environment, e.g.
+    KILN_ABI_MODE=stable or KILN_CUDA_ARCHS. make test runs two pytest processes at once, and both may want
+    the same wheel: a lock per name makes one build it while the other waits, then takes it.
     """
     (spec,) = [s for s in local_builds() if s.cuda == cuda_tag]
     out = ARTIFACTS / f"wheels-{name}"
-    shutil.rmtree(out, ignore_errors=True)
-    out.mkdir(parents=True)
-    return build_wheel(python, spec, out, ARTIFACTS / f"build-{name}.log", ARTIFACTS / f"build-{name}", env)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    recipe = json.dumps({"python": str(python), "cuda": cuda_tag, "env": env or {}}, sort_keys=True)
+    with (ARTIFACTS / f"wheels-{name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        made = out / ".built-from"
+        wheels = sorted(out.glob("*.whl"))
+        if len(wheels) == 1 and made.is_file() and made.read_text() == recipe \
+                and made.stat().st_mtime > _newest_source():
+            return wheels[0]
+        shutil.rmtree(out, ignore_errors=True)
+        out.mkdir(parents=True)
+        wheel = build_wheel(python, spec, out, ARTIFACTS / f"build-{name}.log", ARTIFACTS / f"build-{name}", env)
+        made.write_text(recipe)
+        return wheel
 
 
 def _cu130_python() -> Path:

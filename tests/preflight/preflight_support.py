@@ -15,6 +15,7 @@ Venvs are created once per session under tests/_artifacts/preflight/.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -73,13 +74,17 @@ def shared_torch213_site() -> Path:
     """site-packages of a venv holding only the real torch 2.13.0 CPU (installed once, then reused)."""
     base = WORK / "base-torch2.13"
     marker = base / ".ready"
-    if not marker.exists():
-        if base.exists():
-            shutil.rmtree(base)
-        subprocess.run([sys.executable, "-m", "venv", str(base)], check=True)
-        subprocess.run([str(base / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                        f"torch=={TORCH_213}"], check=True, timeout=900)
-        marker.write_text(TORCH_213)
+    WORK.mkdir(parents=True, exist_ok=True)
+    # make test runs tests/preflight and tests/guard in two pytest processes at once: one makes it, the other waits.
+    with (WORK / ".base-torch2.13.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not marker.exists():
+            if base.exists():
+                shutil.rmtree(base)
+            subprocess.run([sys.executable, "-m", "venv", str(base)], check=True)
+            subprocess.run([str(base / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                            f"torch=={TORCH_213}"], check=True, timeout=900)
+            marker.write_text(TORCH_213)
     return site_packages(base)
 
 
