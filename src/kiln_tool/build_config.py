@@ -13,11 +13,11 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from .build_metadata import stable_min_torch
+from .build_metadata import build_version, stable_min_torch
 from .matrix_data import MatrixError
 from .project import KilnProject, ProjectError, load_project, project_dir
 from .torch_probe import TorchInstall, TorchNotFound, find_torch
-from .variant import BuildVariant, VariantError, resolve_variant, wheel_version
+from .variant import BuildVariant, VariantError, resolve_variant
 
 MIN_CXX_STANDARD = 20
 
@@ -44,7 +44,7 @@ def config_values(torch: TorchInstall, variant: BuildVariant, project: KilnProje
         "KILN_WITH_CUDA": "ON" if variant.cuda else "OFF",
         "KILN_VARIANT_TAG": variant.cuda_tag,
         "KILN_ABI_MODE": variant.mode,
-        "KILN_WHEEL_VERSION": wheel_version(torch, variant, project.version),
+        "KILN_WHEEL_VERSION": build_version(project, torch, variant, project.version),
         "KILN_STABLE_TORCH_MIN": stable_min_torch(project),
     }
 

@@ -22,6 +22,7 @@ from types import ModuleType
 COMMANDS: dict[str, str] = {
     "matrix": "matrix",
     "wheels": "wheels",
+    "sdist": "sdist",
     "develop": "develop",
     "label": "label",
     "repair": "repair",

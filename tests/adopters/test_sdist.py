@@ -1,0 +1,100 @@
+"""The source fallback (issue 42, item 2): `kiln sdist` makes one unlabelled sdist per version, and a user whose
+torch the matrix lacks builds it with `pip install <pkg> --no-binary <pkg> --no-build-isolation`, getting a wheel
+pinned and described (build info, guard) for the torch it found. Its version stays the sdist's plain one: pip
+discards a build whose version differs from the sdist's file name ("inconsistent version"), so a +pt214cu130
+label cannot come from an index-named sdist.
+
+ringops (kiln's CMake build; its matrix builds torch 2.13 CPU locally) is built from its sdist into a user's venv
+holding torch 2.14.1 cu130 (the cu130 build venv's, through a .pth: support.venvs.make_venv) and torch-kiln, with
+nvcc 13.0 from this machine. Cost: the sdist a few seconds; the install from it (a CUDA compile of one .cu through
+nvcc) 29 s at load 1.5, printed by `timed`; the module 56 s with the tool venv.
+"""
+
+from __future__ import annotations
+
+import json
+import tarfile
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
+
+from adopters.adopting import KilnTool, adopter_env, run_python, timed
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def ringops_sdist(kiln_tool: KilnTool, ringops_clone: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    dist = tmp_path_factory.mktemp("ringops-sdist")
+    with timed("ringops: kiln sdist"):
+        proc = kiln_tool.run("-C", ringops_clone, "sdist", "--dist", dist)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    made = sorted(p.name for p in dist.iterdir())
+    assert made == ["ringops-0.3.0.tar.gz"], made
+    assert proc.stdout.strip() == str(dist / "ringops-0.3.0.tar.gz"), proc.stdout
+    return dist / made[0]
+
+
+def _pkg_info(sdist: Path) -> dict[str, list[str]]:
+    with tarfile.open(sdist) as tar:
+        member = tar.extractfile("ringops-0.3.0/PKG-INFO")
+        assert member is not None
+        text = member.read().decode()
+    headers: dict[str, list[str]] = {}
+    for line in text.split("\n\n", 1)[0].splitlines():
+        key, _, value = line.partition(": ")
+        headers.setdefault(key, []).append(value)
+    return headers
+
+
+def test_the_sdist_is_unlabelled_and_unpinned(ringops_sdist: Path) -> None:
+    """Made by a kiln whose build venv holds torch 2.13 CPU, the sdist carries no +pt213cpu and no torch pin."""
+    headers = _pkg_info(ringops_sdist)
+    assert headers["Version"] == ["0.3.0"], headers
+    (torch,) = [r for r in map(Requirement, headers.get("Requires-Dist", [])) if r.name == "torch"]
+    assert torch.specifier == SpecifierSet(), headers["Requires-Dist"]
+    with tarfile.open(ringops_sdist) as tar:
+        names = tar.getnames()
+    assert all(n.startswith("ringops-0.3.0/") for n in names), names
+    assert "ringops-0.3.0/CMakeLists.txt" in names and "ringops-0.3.0/pyproject.toml" in names, names
+
+
+def test_kiln_sdist_refuses_a_setup_py_project_in_one_line(kiln_tool: KilnTool, twinlibs_clone: Path,
+                                                           tmp_path: Path) -> None:
+    proc = kiln_tool.run("-C", twinlibs_clone, "sdist", "--dist", tmp_path)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert proc.stderr.strip().startswith("kiln sdist: build = 'backend'"), proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_pip_builds_the_sdist_for_the_torch_it_finds(ringops_sdist: Path, kiln_tool: KilnTool,
+                                                     tmp_path: Path) -> None:
+    """torch 2.14.1 cu130 is in no row of ringops's matrix: the wheel built from the sdist is pinned to 2.14, its
+    build info names 2.14.1, and the guard imports the package; its version is the sdist's (pip insists)."""
+    import subprocess
+
+    from support.venvs import make_venv
+
+    python = make_venv(tmp_path / "user", "2.14.1", extra=[str(kiln_tool.wheel)])
+    cmd = [str(python), "-m", "pip", "install", "--disable-pip-version-check", "--no-index", "--no-deps",
+           "--find-links", str(ringops_sdist.parent), "--no-binary", "ringops", "--no-build-isolation", "ringops"]
+    with timed("ringops: pip install --no-binary from the sdist against torch 2.14.1 cu130"):
+        proc = subprocess.run(cmd, cwd=tmp_path, env=adopter_env(python.parent), capture_output=True, text=True,
+                              timeout=900, check=False)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
+    probe = run_python(python, (
+        "import json, importlib.metadata as md, importlib.resources as r, ringops, ringops._kiln\n"
+        "d = md.distribution('ringops')\n"
+        "info = json.loads(r.files('ringops').joinpath('_build_info.json').read_text())\n"
+        "print(json.dumps({'version': d.version, 'requires': d.requires, 'info': info}))\n"), tmp_path)
+    assert probe.returncode == 0, probe.stdout + probe.stderr
+    got = json.loads(probe.stdout.strip().splitlines()[-1])
+    assert got["version"] == "0.3.0", got
+    (torch,) = [r for r in map(Requirement, got["requires"] or []) if r.name == "torch"]
+    assert torch.specifier == SpecifierSet(">=2.14,<2.15"), got["requires"]
+    assert got["info"]["torch_version"].split("+")[0] == "2.14.1", got["info"]
+    assert got["info"]["torch_major_minor"] == "2.14", got["info"]
+    assert got["info"]["cuda_tag"] == "cu130" and got["info"]["version"] == "0.3.0", got["info"]
