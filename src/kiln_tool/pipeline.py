@@ -245,13 +245,12 @@ def libraries_ops(paths: list[Path], project: KilnProject, python: Path, env: di
     (registered_ops says why, and what is checked)."""
     import json
 
-    from . import registrations
     from .build_info import op_manifest, schema_sources
-    from .registrations import in_namespace
 
     # Its source, not `-m kiln_tool.registrations`: the Python beside the torch need not import kiln_tool
-    # (kiln label runs with the interpreter of the build, whatever kiln itself runs in).
-    script = Path(registrations.__file__).read_text()
+    # (kiln label runs with the interpreter of the build, whatever kiln itself runs in). Read, never imported
+    # here: kiln itself runs without torch.
+    script = Path(__file__).with_name("registrations.py").read_text()
     proc = subprocess.run([str(python), "-c", script, *map(str, paths)], env=env, cwd=cwd,
                           capture_output=True, text=True, timeout=600, check=False)
     lines = proc.stdout.strip().splitlines()
@@ -263,7 +262,7 @@ def libraries_ops(paths: list[Path], project: KilnProject, python: Path, env: di
         why = doc.get("error") or (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
         raise PipelineError("label", f"loading the built libraries in the build venv to list their ops failed: "
                             f"{why}")
-    ops = in_namespace(doc["ops"], project.namespace)
+    ops = sorted(op for op in doc["ops"] if op.split("::", 1)[0] == project.namespace)
     if not ops:
         others = sorted({op.split("::", 1)[0] for op in doc["ops"]})
         found = f"they register ops in {', '.join(others)}" if others else "they register no op at all"

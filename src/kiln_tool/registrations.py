@@ -30,10 +30,6 @@ def fold(names: Iterable[str]) -> list[str]:
     return sorted({name.split(".", 1)[0] for name in names if "::" in name})
 
 
-def in_namespace(ops: Iterable[str], namespace: str) -> list[str]:
-    return sorted(op for op in ops if op.split("::", 1)[0] == namespace)
-
-
 def main(argv: list[str] | None = None) -> int:
     libraries = sys.argv[1:] if argv is None else argv
     import torch
