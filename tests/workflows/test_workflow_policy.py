@@ -19,6 +19,9 @@ WRITE_ALLOWED = {
     ("kiln.yml", "deploy"): {"pages", "id-token"},  # GitHub Pages deployment
     # The caller grants the reusable workflow what its release jobs above need, no more.
     ("release.yml", "release"): {"contents", "pages", "id-token", "attestations"},
+    # torch-kiln's own release: provenance of the tool's wheel, then PyPI's trusted publishing (OIDC only)
+    ("release-kiln.yml", "attest"): {"id-token", "attestations"},
+    ("release-kiln.yml", "publish"): {"id-token"},
 }
 
 
