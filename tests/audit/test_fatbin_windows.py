@@ -47,5 +47,5 @@ def test_every_path_is_found_once_and_every_byte_comes_back(filler: list[bytes],
 
 def test_a_payload_that_does_not_decompress_is_a_fatbin_error() -> None:
     entry = FatbinEntry(kind="ptx", arch=CudaArch.from_number(90, ""), compressed=True, offset=0, size=64)
-    with pytest.raises(FatbinError, match="^compute_90 payload at 0x0 does not decompress: "):
+    with pytest.raises(FatbinError, match=r"^compute_90 payload at 0x0 does not decompress: "):
         list(payload_windows(memoryview(b"\x28\xb5\x2f\xfd" + b"\xff" * 60), entry, 16, 4))
