@@ -93,10 +93,10 @@ struct RoiKernel {
   static Acc load(T v) { return C::load(v); }
   static T store(Acc v) { return C::store(v); }
 
-  // f(b, x1, y1, x2, y2) of roi k, as Acc values.
-  template <typename F>
+  // f(b, x1, y1, x2, y2) of roi k (f(each of its Columns values)), as Acc values.
+  template <std::int64_t Columns = kRoiColumns, typename F>
   auto roi(std::int64_t k, F&& f) const {
-    return with_roi(rois, k, [](T v) { return C::load(v); }, f);
+    return with_roi<Columns>(rois, k, [](T v) { return C::load(v); }, f);
   }
 };
 

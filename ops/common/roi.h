@@ -11,20 +11,27 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 
 #include "common/common.h"
 #include "common/host_device.h"
 
 namespace opkiln::kernels {
 
+// torchvision's layout; a family member may read another (common/roi_family.h: kBoxColumns), column
+// 0 always the batch index.
 constexpr std::int64_t kRoiColumns = 5;
 
-// f(b, x1, y1, x2, y2) of roi k of a contiguous [K, 5] rois array, each value through load (the
-// storage dtype's conversion to the kernels' arithmetic type).
-template <typename T, typename Load, typename F>
+// f(b, x1, y1, x2, y2) of roi k of a contiguous [K, 5] rois array (f(column 0, ..., column
+// Columns - 1) of a [K, Columns] one), each value through load (the storage dtype's conversion
+// to the kernels' arithmetic type).
+template <std::int64_t Columns = kRoiColumns, typename T, typename Load, typename F>
 OPKILN_HD auto with_roi(const T* rois, std::int64_t k, Load load, F&& f) {
-  const T* r = rois + k * kRoiColumns;
-  return f(load(r[0]), load(r[1]), load(r[2]), load(r[3]), load(r[4]));
+  static_assert(Columns >= 1, "a roi's column 0 is its batch index");
+  const T* r = rois + k * Columns;
+  return [&]<std::size_t... I>(std::index_sequence<I...>) {
+    return f(load(r[I])...);
+  }(std::make_index_sequence<static_cast<std::size_t>(Columns)>{});
 }
 
 // trunc(v) in [0, batch), as torchvision's int cast of the batch index; false for NaN.
@@ -72,15 +79,17 @@ OPKILN_HD PooledIndex pooled_index(std::int64_t i, const PooledShape& s) {
           i % s.pooled_width};
 }
 
-// Index of the first of num_rois rois whose batch index is out of range, or -1 if none.
-std::int64_t first_bad_roi_cpu(ScalarKind kind, const void* rois, std::int64_t num_rois, std::int64_t batch);
+// Index of the first of num_rois rois (rows of `columns` values, column 0 the batch index) whose
+// batch index is out of range, or -1 if none.
+std::int64_t first_bad_roi_cpu(ScalarKind kind, const void* rois, std::int64_t num_rois, std::int64_t columns,
+                               std::int64_t batch);
 
 // Device bytes first_bad_roi_cuda needs as its workspace.
 constexpr std::size_t kFirstBadRoiWorkspaceBytes = 8;
 
 // Writes the index of the first roi with a bad batch index, or -1, to *first_bad (host
 // memory). Synchronises the stream once (the answer decides whether to raise).
-CudaStatus first_bad_roi_cuda(ScalarKind kind, const void* rois, std::int64_t num_rois, std::int64_t batch,
-                              void* workspace, std::int64_t* first_bad, CudaStream stream);
+CudaStatus first_bad_roi_cuda(ScalarKind kind, const void* rois, std::int64_t num_rois, std::int64_t columns,
+                              std::int64_t batch, void* workspace, std::int64_t* first_bad, CudaStream stream);
 
 }  // namespace opkiln::kernels

@@ -1,6 +1,7 @@
 // The (non-position-sensitive) RoI ops, roi_align and roi_pool: what they share, written once.
 //
-// Shapes: features [N, C, H, W]; rois [K, 5] (common/roi.h); output [K, C, PH, PW], and for an
+// Shapes: features [N, C, H, W]; rois [K, 5] (common/roi.h) or the op's own box layout (below:
+// kBoxColumns); output [K, C, PH, PW], and for an
 // op that saves an index per output element (kIndex: roi_pool's argmax) an int32 tensor of that
 // shape. Output element (k, c, ph, pw) reads input plane (b, c) only, b the roi's batch index.
 //
@@ -10,7 +11,12 @@
 //   template <typename Acc> struct Roi { bool valid; std::int64_t batch; ... };
 //   template <typename Acc, typename Round>
 //   static Roi<Acc> roi(Acc b, Acc x1, Acc y1, Acc x2, Acc y2, const RoiFamilyGeometry&, Round round);
-//     (round(v): v rounded to the storage dtype and back, for ops that compute in it as torchvision)
+//     (round(v): v rounded to the storage dtype and back, for ops that compute in it as torchvision;
+//     how a box is read: the row's values in column order, then the geometry and round)
+//   optional, the box layout when it is not torchvision's (batch index, x1, y1, x2, y2):
+//   static constexpr std::int64_t kBoxColumns;  the values of a roi row (column 0: the batch index),
+//                                               all passed to roi() (e.g. 6: b, cx, cy, w, h, angle)
+//   static constexpr std::string_view kBoxLayout;  their names, for the binding's shape message
 //   template <typename Acc> struct Tap;        one read of a bin (a bilinear sample, a window)
 //   template <typename Acc, typename Round, typename F>
 //   static void taps(const Roi<Acc>&, std::int64_t ph, std::int64_t pw, const RoiFamilyGeometry&, Round, F f);
@@ -43,6 +49,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string_view>
 
 #include "common/common.h"
 #include "common/host_device.h"
@@ -54,6 +61,26 @@ struct RoiFamilyGeometry : RoiShape {
   std::int64_t sampling_ratio = -1;  // roi_align's (<= 0: adaptive); ignored by roi_pool
   bool aligned = false;              // roi_align's
 };
+
+// The columns of a roi row of op Op (Op::kBoxColumns, else torchvision's 5) and their names.
+template <typename Op>
+constexpr std::int64_t kBoxColumns = [] {
+  if constexpr (requires { Op::kBoxColumns; }) {
+    static_assert(Op::kBoxColumns >= 1, "a roi row's column 0 is its batch index");
+    return std::int64_t{Op::kBoxColumns};
+  } else {
+    return kRoiColumns;
+  }
+}();
+
+template <typename Op>
+constexpr std::string_view kBoxLayout = [] {
+  if constexpr (requires { Op::kBoxLayout; }) {
+    return std::string_view{Op::kBoxLayout};
+  } else {
+    return std::string_view{"batch index, x1, y1, x2, y2"};
+  }
+}();
 
 // What finish() gives for one output element: its value and (kIndex ops) its index.
 template <typename Acc>

@@ -28,7 +28,8 @@ struct InStorage {
 template <typename Op, typename X>
 auto load_roi(const X& x, std::int64_t k, const RoiFamilyGeometry& g) {
   using T = typename X::T;
-  return x.roi(k, [&](auto... v) { return Op::template roi<typename X::Acc>(v..., g, InStorage<T>{}); });
+  return x.template roi<kBoxColumns<Op>>(
+      k, [&](auto... v) { return Op::template roi<typename X::Acc>(v..., g, InStorage<T>{}); });
 }
 
 // An op whose every bin is one tap (roi_pool's window) says so with `static constexpr bool kOneTap

@@ -19,7 +19,7 @@ struct InStorage {
 
 template <typename Op, typename T>
 __device__ __forceinline__ auto load_roi(const T* rois, std::int64_t k, const RoiFamilyGeometry& g) {
-  return cuda::load_roi(rois, k, [&](auto... v) {
+  return cuda::load_roi<kBoxColumns<Op>>(rois, k, [&](auto... v) {
     return Op::template roi<typename cuda::Convert<T>::Acc>(v..., g, InStorage<T>{});
   });
 }

@@ -14,10 +14,11 @@
 
 namespace opkiln::kernels::cuda {
 
-// make(b, x1, y1, x2, y2) of roi k, the five values as Convert<T>::Acc.
-template <typename T, typename Make>
+// make(b, x1, y1, x2, y2) of roi k, the five values as Convert<T>::Acc (make(each of its Columns
+// values) of a [K, Columns] rois array).
+template <std::int64_t Columns = kRoiColumns, typename T, typename Make>
 __device__ __forceinline__ auto load_roi(const T* rois, std::int64_t k, Make&& make) {
-  return with_roi(rois, k, [](T v) { return Convert<T>::load(v); }, make);
+  return with_roi<Columns>(rois, k, [](T v) { return Convert<T>::load(v); }, make);
 }
 
 // launch.template operator()<T>(blocks) for the storage dtype T of `kind`, with grid_for(total)

@@ -1,5 +1,5 @@
 // The binding of an RoI-family op (common/roi_family.h: roi_align, roi_pool), written once: the
-// checks, the contiguous inputs, the batch-index check, the outputs' allocation, the workspace and
+// checks (rois in the op's box layout), the contiguous inputs, the batch-index check, the outputs' allocation, the workspace and
 // the CPU/CUDA dispatch. A member op's binding.cpp calls roi_family_forward / roi_family_backward
 // with its per-bin math `Op` from functions of its own schema's signature, and registers them
 // with OPKILN_ROI_FAMILY_KERNELS. Include it after facade/facade.h.
@@ -41,6 +41,12 @@ inline kernels::RoiFamilyGeometry roi_family_geometry(const InputShape& in, std:
   return g;
 }
 
+// The box layout Op reads (common/roi_family.h: kBoxColumns, kBoxLayout).
+template <typename Op>
+constexpr RoiLayout roi_layout() {
+  return {kernels::kBoxColumns<Op>, kernels::kBoxLayout<Op>};
+}
+
 // Op::kIndex: (output, index int32); else the output.
 template <typename Op>
 using RoiFamilyForward = std::conditional_t<Op::kIndex, std::tuple<Tensor, Tensor>, Tensor>;
@@ -49,7 +55,7 @@ template <typename Op>
 RoiFamilyForward<Op> roi_family_forward(const Tensor& input, const Tensor& rois, const RoiFamilyArgs& a,
                                         DeviceType device, RoiFamilyNames names) {
   const std::string_view op = names.forward;
-  check_rois(input, rois, a.pooled_height, a.pooled_width, device, op, "input");
+  check_rois(input, rois, a.pooled_height, a.pooled_width, device, op, "input", roi_layout<Op>());
   OPKILN_CHECK(input.dim() == 4, "opkiln::", op, ": input must have shape [N, C, H, W], got ", sizes(input));
   const auto g = roi_family_geometry({input.size(0), input.size(1), input.size(2), input.size(3)}, rois.size(0), a);
 #if OPKILN_WITH_CUDA
@@ -94,7 +100,7 @@ template <typename Op>
 Tensor roi_family_backward(const Tensor& grad, const Tensor& rois, const Tensor* index, const RoiFamilyArgs& a,
                            const InputShape& in, DeviceType device, RoiFamilyNames names) {
   const std::string_view op = names.backward;
-  check_rois(grad, rois, a.pooled_height, a.pooled_width, device, op, "grad");
+  check_rois(grad, rois, a.pooled_height, a.pooled_width, device, op, "grad", roi_layout<Op>());
   if (index != nullptr) check_same_device(grad, *index, op, "grad", names.index);
   OPKILN_CHECK_VALUE(in.batch >= 0 && in.channels >= 0 && in.height >= 0 && in.width >= 0, "opkiln::", op,
                      ": the input shape must be non-negative, got [", in.batch, ", ", in.channels, ", ", in.height,
