@@ -26,6 +26,15 @@ macro(kiln_configure)
     message(FATAL_ERROR "kiln_configure() must come before project(): a CUDA build pins its compiler and "
                         "architectures before the CUDA language is enabled")
   endif()
+  # A build from the sdist on a user's machine: a missing compiler is one line saying what to install, not
+  # project()'s page about CMAKE_CXX_COMPILER. Searched as project() searches (CXX, then PATH and system dirs).
+  if(NOT CMAKE_CXX_COMPILER AND "$ENV{CXX}" STREQUAL "")
+    find_program(KILN_FOUND_CXX NAMES c++ g++ clang++ CC)
+    if(NOT KILN_FOUND_CXX)
+      message(FATAL_ERROR "kiln: no C++ compiler found (CXX unset; no c++, g++ or clang++ on PATH): install one "
+                          "(apt-get install g++ | dnf install gcc-c++ | conda install gxx) or set CXX")
+    endif()
+  endif()
   if(NOT KILN_PROJECT_DIR)
     set(KILN_PROJECT_DIR "${CMAKE_SOURCE_DIR}")
   endif()

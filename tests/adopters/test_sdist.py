@@ -98,3 +98,29 @@ def test_pip_builds_the_sdist_for_the_torch_it_finds(ringops_sdist: Path, kiln_t
     assert got["info"]["torch_version"].split("+")[0] == "2.14.1", got["info"]
     assert got["info"]["torch_major_minor"] == "2.14", got["info"]
     assert got["info"]["cuda_tag"] == "cu130" and got["info"]["version"] == "0.3.0", got["info"]
+
+
+def test_a_missing_compiler_is_one_message_saying_what_to_install(tmp_path: Path) -> None:
+    """A user building the sdist without a C++ compiler: kiln_configure() stops before project() with what to
+    install, not project()'s CMAKE_CXX_COMPILER page. No compiler is hidden by ignoring every system folder."""
+    import shutil
+    import subprocess
+
+    from adopters.adopting import REPO
+
+    cmake = shutil.which("cmake", path=str(REPO / ".venv" / "bin")) or shutil.which("cmake")
+    if cmake is None:
+        pytest.skip("no cmake")
+    (tmp_path / "CMakeLists.txt").write_text("cmake_minimum_required(VERSION 3.26)\n"
+                                             "find_package(Kiln CONFIG REQUIRED)\nkiln_configure()\n"
+                                             "project(nocxx LANGUAGES ${KILN_LANGUAGES})\n")
+    env = {k: v for k, v in adopter_env(Path(cmake).parent).items() if k not in ("CXX", "CC")}
+    env["PATH"] = str(Path(cmake).parent)
+    hidden = ["-DCMAKE_IGNORE_PREFIX_PATH=/usr;/usr/local;/", "-DCMAKE_IGNORE_PATH=/usr/bin;/bin;/usr/local/bin"]
+    proc = subprocess.run([cmake, "-S", str(tmp_path), "-B", str(tmp_path / "build"), "-G", "Ninja",
+                           f"-DKiln_DIR={REPO / 'cmake'}", *hidden], env=env, capture_output=True, text=True,
+                          timeout=120, check=False)
+    out = " ".join((proc.stdout + proc.stderr).split())
+    assert proc.returncode != 0, out
+    assert "kiln: no C++ compiler found" in out and "apt-get install g++" in out, out
+    assert "CMAKE_CXX_COMPILER" not in out, out
