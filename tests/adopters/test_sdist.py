@@ -26,11 +26,13 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def ringops_sdist(kiln_tool: KilnTool, ringops_clone: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    dist = tmp_path_factory.mktemp("ringops-sdist")
+def ringops_sdist(kiln_tool: KilnTool, ringops_clone: Path) -> Path:
+    """In build/sdist/ by default, never in dist/ (kiln index and kiln release refuse any file there but wheels)."""
+    dist = ringops_clone / "build" / "sdist"
     with timed("ringops: kiln sdist"):
-        proc = kiln_tool.run("-C", ringops_clone, "sdist", "--dist", dist)
+        proc = kiln_tool.run("-C", ringops_clone, "sdist")
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert not list((ringops_clone / "dist").glob("*.tar.gz"))
     made = sorted(p.name for p in dist.iterdir())
     assert made == ["ringops-0.3.0.tar.gz"], made
     assert proc.stdout.strip() == str(dist / "ringops-0.3.0.tar.gz"), proc.stdout

@@ -2,8 +2,11 @@
 
 The sdist is scikit-build-core's, made in a build venv of the project with kiln's metadata provider told it makes
 an sdist (KILN_SDIST=1): the plain version and an unpinned torch. A user whose combination the index lacks runs
-``pip install <pkg> --no-binary <pkg> --no-build-isolation``; the build from the sdist labels and pins the wheel
-for the torch it finds.
+``pip install <pkg> --no-binary <pkg> --no-build-isolation``; the build from the sdist pins the wheel to the torch
+it finds and keeps the plain version (kiln_tool.build_metadata says why).
+
+Its default folder is build/sdist/, not dist/: `kiln index` and `kiln release` take dist/ as wheels only and refuse
+any other file there; the index does not publish sdists yet.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-HELP = "make the project's unlabelled sdist (<name>-<version>.tar.gz) in its dist/, for the source fallback"
+HELP = "make the project's unlabelled sdist (<name>-<version>.tar.gz) in its build/sdist/, for the source fallback"
 
 _BUILD_SDIST = "import sys; from scikit_build_core.build import build_sdist; print(build_sdist(sys.argv[1]))"
 
@@ -24,7 +27,8 @@ class SdistError(RuntimeError):
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--dist", type=Path, default=None, help="output folder (default: dist/)")
+    parser.add_argument("--dist", type=Path, default=None,
+                        help="output folder (default: build/sdist/; not dist/, which kiln index takes as wheels only)")
 
 
 def sdist_filename(name: str, version: str) -> str:
@@ -81,7 +85,7 @@ def execute(args: argparse.Namespace) -> int:
 
     try:
         project = current_project()
-        dist = args.dist or project.root / "dist"
+        dist = args.dist or project.root / "build" / "sdist"
         target = make_sdist(dist, project.root / "build" / "logs" / "sdist.log")
     except (SdistError, ProjectError) as exc:
         print(f"kiln sdist: {exc}", file=sys.stderr)
