@@ -63,6 +63,14 @@ def test_the_sdist_is_unlabelled_and_unpinned(ringops_sdist: Path) -> None:
     assert "ringops-0.3.0/CMakeLists.txt" in names and "ringops-0.3.0/pyproject.toml" in names, names
 
 
+def test_the_sdist_is_made_byte_for_byte_again(kiln_tool: KilnTool, ringops_clone: Path, ringops_sdist: Path,
+                                               tmp_path: Path) -> None:
+    """Its files dated by the commit (SOURCE_DATE_EPOCH), not by when it was made: a release can remake it."""
+    proc = kiln_tool.run("-C", ringops_clone, "sdist", "--dist", tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (tmp_path / ringops_sdist.name).read_bytes() == ringops_sdist.read_bytes()
+
+
 def test_kiln_sdist_refuses_a_setup_py_project_in_one_line(kiln_tool: KilnTool, twinlibs_clone: Path,
                                                            tmp_path: Path) -> None:
     proc = kiln_tool.run("-C", twinlibs_clone, "sdist", "--dist", tmp_path)
