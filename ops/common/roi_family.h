@@ -17,6 +17,10 @@
 //   static constexpr std::int64_t kBoxColumns;  the values of a roi row (column 0: the batch index),
 //                                               all passed to roi() (e.g. 6: b, cx, cy, w, h, angle)
 //   static constexpr std::string_view kBoxLayout;  their names, for the binding's shape message
+//   optional, the op's own parameters beyond the family's (e.g. a `clockwise` flag):
+//   struct Params { bool clockwise = false; };  (trivially copyable: it travels to the device by value)
+//     the drivers then pass a RoiFamilyGeometryWith<Params> (g.params) wherever a geometry goes, and
+//     the binding passes the values to roi_family_forward/backward (facade/roi_family.h)
 //   template <typename Acc> struct Tap;        one read of a bin (a bilinear sample, a window)
 //   template <typename Acc, typename Round, typename F>
 //   static void taps(const Roi<Acc>&, std::int64_t ph, std::int64_t pw, const RoiFamilyGeometry&, Round, F f);
@@ -50,6 +54,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
+#include <type_traits>
 
 #include "common/common.h"
 #include "common/host_device.h"
@@ -61,6 +66,33 @@ struct RoiFamilyGeometry : RoiShape {
   std::int64_t sampling_ratio = -1;  // roi_align's (<= 0: adaptive); ignored by roi_pool
   bool aligned = false;              // roi_align's
 };
+
+// The geometry with an op's own parameters (Op::Params), and the geometry the drivers pass an op:
+// RoiGeometry<Op> (RoiFamilyGeometry for an op without Params).
+template <typename Params>
+struct RoiFamilyGeometryWith : RoiFamilyGeometry {
+  Params params{};
+};
+
+struct RoiNoParams {};
+
+template <typename Op>
+struct RoiParamsOf {
+  using type = RoiNoParams;
+};
+
+template <typename Op>
+  requires requires { typename Op::Params; }
+struct RoiParamsOf<Op> {
+  using type = typename Op::Params;
+};
+
+template <typename Op>
+using RoiParams = typename RoiParamsOf<Op>::type;
+
+template <typename Op>
+using RoiGeometry = std::conditional_t<std::is_same_v<RoiParams<Op>, RoiNoParams>, RoiFamilyGeometry,
+                                       RoiFamilyGeometryWith<RoiParams<Op>>>;
 
 // The columns of a roi row of op Op (Op::kBoxColumns, else torchvision's 5) and their names.
 template <typename Op>
@@ -91,23 +123,23 @@ struct RoiValue {
 
 // Output planes [begin, end) of the K * C planes (k * C + c); index: nullptr unless Op::kIndex.
 template <typename Op>
-void roi_family_forward_cpu(ScalarKind kind, const RoiFamilyGeometry& g, const void* input, const void* rois,
+void roi_family_forward_cpu(ScalarKind kind, const RoiGeometry<Op>& g, const void* input, const void* rois,
                             void* output, std::int32_t* index, std::int64_t begin, std::int64_t end);
 
 // grad_input planes [begin, end) of the N * C planes (b * C + c), each OVERWRITTEN by the thread
 // that owns its range (grad_input may come uninitialised). index: the forward's (Op::kIndex).
 template <typename Op>
-void roi_family_backward_cpu(ScalarKind kind, const RoiFamilyGeometry& g, const void* grad_output, const void* rois,
+void roi_family_backward_cpu(ScalarKind kind, const RoiGeometry<Op>& g, const void* grad_output, const void* rois,
                              const std::int32_t* index, void* grad_input, std::int64_t begin, std::int64_t end);
 
 // One thread per output element; no host synchronisation.
 template <typename Op>
-CudaStatus roi_family_forward_cuda(ScalarKind kind, const RoiFamilyGeometry& g, const void* input, const void* rois,
+CudaStatus roi_family_forward_cuda(ScalarKind kind, const RoiGeometry<Op>& g, const void* input, const void* rois,
                                    void* output, std::int32_t* index, CudaStream stream);
 
 // Workspace: scatter_workspace_bytes(kind, N * C * H * W) (common/common.h); zeroes grad_input itself.
 template <typename Op>
-CudaStatus roi_family_backward_cuda(ScalarKind kind, const RoiFamilyGeometry& g, const void* grad_output,
+CudaStatus roi_family_backward_cuda(ScalarKind kind, const RoiGeometry<Op>& g, const void* grad_output,
                                     const void* rois, const std::int32_t* index, void* grad_input, void* workspace,
                                     std::size_t workspace_bytes, CudaStream stream);
 

@@ -25,8 +25,8 @@ struct InStorage {
 };
 
 // Roi k of the op (x: the kernel's cpu::RoiKernel).
-template <typename Op, typename X>
-auto load_roi(const X& x, std::int64_t k, const RoiFamilyGeometry& g) {
+template <typename Op, typename X, typename Geometry>
+auto load_roi(const X& x, std::int64_t k, const Geometry& g) {
   using T = typename X::T;
   return x.template roi<kBoxColumns<Op>>(
       k, [&](auto... v) { return Op::template roi<typename X::Acc>(v..., g, InStorage<T>{}); });
@@ -75,8 +75,8 @@ struct RoiTaps {
   std::vector<typename Op::template Tap<Acc>> taps;
   std::vector<std::size_t> first;
 
-  template <typename Round>
-  void build(const typename Op::template Roi<Acc>& roi, const RoiFamilyGeometry& g, Round round) {
+  template <typename Geometry, typename Round>
+  void build(const typename Op::template Roi<Acc>& roi, const Geometry& g, Round round) {
     taps.clear();
     first.clear();
     for (std::int64_t ph = 0; ph < g.pooled_height; ++ph) {
@@ -94,7 +94,7 @@ struct RoiTaps {
 namespace opkiln::kernels {
 
 template <typename Op>
-void roi_family_forward_cpu(ScalarKind kind, const RoiFamilyGeometry& g, const void* input, const void* rois,
+void roi_family_forward_cpu(ScalarKind kind, const RoiGeometry<Op>& g, const void* input, const void* rois,
                             void* output, std::int32_t* index, std::int64_t begin, std::int64_t end) {
   if (begin >= end || g.channels <= 0) return;
   cpu::dispatch_roi_kernel(kind, g, input, rois, output, [&]<typename X>(const X& x) {
@@ -143,7 +143,7 @@ void roi_family_forward_cpu(ScalarKind kind, const RoiFamilyGeometry& g, const v
 }
 
 template <typename Op>
-void roi_family_backward_cpu(ScalarKind kind, const RoiFamilyGeometry& g, const void* grad_output, const void* rois,
+void roi_family_backward_cpu(ScalarKind kind, const RoiGeometry<Op>& g, const void* grad_output, const void* rois,
                              const std::int32_t* index, void* grad_input, std::int64_t begin, std::int64_t end) {
   cpu::roi_backward_planes(
       kind, g, grad_output, rois, grad_input, begin, end,
@@ -183,8 +183,8 @@ void roi_family_backward_cpu(ScalarKind kind, const RoiFamilyGeometry& g, const 
 // The CPU drivers for one op's per-bin math `Op` (a type in opkiln::kernels).
 #define OPKILN_ROI_FAMILY_CPU(Op)                                                                                  \
   template void opkiln::kernels::roi_family_forward_cpu<opkiln::kernels::Op>(                                      \
-      opkiln::kernels::ScalarKind, const opkiln::kernels::RoiFamilyGeometry&, const void*, const void*, void*,     \
+      opkiln::kernels::ScalarKind, const opkiln::kernels::RoiGeometry<opkiln::kernels::Op>&, const void*, const void*, void*,     \
       std::int32_t*, std::int64_t, std::int64_t);                                                                  \
   template void opkiln::kernels::roi_family_backward_cpu<opkiln::kernels::Op>(                                     \
-      opkiln::kernels::ScalarKind, const opkiln::kernels::RoiFamilyGeometry&, const void*, const void*,            \
+      opkiln::kernels::ScalarKind, const opkiln::kernels::RoiGeometry<opkiln::kernels::Op>&, const void*, const void*,            \
       const std::int32_t*, void*, std::int64_t, std::int64_t)

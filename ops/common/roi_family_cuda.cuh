@@ -18,7 +18,7 @@ struct InStorage {
 };
 
 template <typename Op, typename T>
-__device__ __forceinline__ auto load_roi(const T* rois, std::int64_t k, const RoiFamilyGeometry& g) {
+__device__ __forceinline__ auto load_roi(const T* rois, std::int64_t k, const RoiGeometry<Op>& g) {
   return cuda::load_roi<kBoxColumns<Op>>(rois, k, [&](auto... v) {
     return Op::template roi<typename cuda::Convert<T>::Acc>(v..., g, InStorage<T>{});
   });
@@ -26,7 +26,7 @@ __device__ __forceinline__ auto load_roi(const T* rois, std::int64_t k, const Ro
 
 template <typename Op, typename T>
 __global__ void forward_kernel(const T* __restrict__ input, const T* __restrict__ rois, T* __restrict__ output,
-                               std::int32_t* __restrict__ index, RoiFamilyGeometry g, std::int64_t total) {
+                               std::int32_t* __restrict__ index, RoiGeometry<Op> g, std::int64_t total) {
   using C = cuda::Convert<T>;
   using Acc = typename C::Acc;
   cuda::grid_stride(total, [&](std::int64_t i) {
@@ -50,7 +50,7 @@ __global__ void forward_kernel(const T* __restrict__ input, const T* __restrict_
 template <typename Op, typename T>
 __global__ void backward_kernel(const T* __restrict__ grad_output, const T* __restrict__ rois,
                                 const std::int32_t* __restrict__ index,
-                                typename cuda::Convert<T>::Acc* __restrict__ target, RoiFamilyGeometry g,
+                                typename cuda::Convert<T>::Acc* __restrict__ target, RoiGeometry<Op> g,
                                 std::int64_t total) {
   using C = cuda::Convert<T>;
   using Acc = typename C::Acc;
@@ -77,14 +77,14 @@ __global__ void backward_kernel(const T* __restrict__ grad_output, const T* __re
 namespace opkiln::kernels {
 
 template <typename Op>
-CudaStatus roi_family_forward_cuda(ScalarKind kind, const RoiFamilyGeometry& g, const void* input, const void* rois,
+CudaStatus roi_family_forward_cuda(ScalarKind kind, const RoiGeometry<Op>& g, const void* input, const void* rois,
                                    void* output, std::int32_t* index, CudaStream stream) {
   return cuda::launch_forward(kind, g, g.channels, input, rois, output, index, stream,
                               [](auto t) { return &roi_family_cu::forward_kernel<Op, typename decltype(t)::type>; });
 }
 
 template <typename Op>
-CudaStatus roi_family_backward_cuda(ScalarKind kind, const RoiFamilyGeometry& g, const void* grad_output,
+CudaStatus roi_family_backward_cuda(ScalarKind kind, const RoiGeometry<Op>& g, const void* grad_output,
                                     const void* rois, const std::int32_t* index, void* grad_input, void* workspace,
                                     std::size_t workspace_bytes, CudaStream stream) {
   return cuda::launch_backward(
@@ -97,8 +97,8 @@ CudaStatus roi_family_backward_cuda(ScalarKind kind, const RoiFamilyGeometry& g,
 // The CUDA drivers for one op's per-bin math `Op` (a type in opkiln::kernels).
 #define OPKILN_ROI_FAMILY_CUDA(Op)                                                                                   \
   template opkiln::kernels::CudaStatus opkiln::kernels::roi_family_forward_cuda<opkiln::kernels::Op>(                \
-      opkiln::kernels::ScalarKind, const opkiln::kernels::RoiFamilyGeometry&, const void*, const void*, void*,       \
+      opkiln::kernels::ScalarKind, const opkiln::kernels::RoiGeometry<opkiln::kernels::Op>&, const void*, const void*, void*,       \
       std::int32_t*, opkiln::kernels::CudaStream);                                                                   \
   template opkiln::kernels::CudaStatus opkiln::kernels::roi_family_backward_cuda<opkiln::kernels::Op>(               \
-      opkiln::kernels::ScalarKind, const opkiln::kernels::RoiFamilyGeometry&, const void*, const void*,              \
+      opkiln::kernels::ScalarKind, const opkiln::kernels::RoiGeometry<opkiln::kernels::Op>&, const void*, const void*,              \
       const std::int32_t*, void*, void*, std::size_t, opkiln::kernels::CudaStream)

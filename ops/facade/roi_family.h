@@ -19,7 +19,8 @@
 
 namespace opkiln::facade {
 
-// The op's parameters (sampling_ratio and aligned: roi_align's; -1 and false for roi_pool).
+// The family's parameters (sampling_ratio and aligned: roi_align's; -1 and false for roi_pool); an
+// op's own (Op::Params) go to roi_family_forward/backward as their last argument.
 struct RoiFamilyArgs {
   double spatial_scale;
   std::int64_t pooled_height, pooled_width, sampling_ratio = -1;
@@ -41,6 +42,21 @@ inline kernels::RoiFamilyGeometry roi_family_geometry(const InputShape& in, std:
   return g;
 }
 
+// The geometry Op's drivers take (common/roi_family.h: RoiGeometry<Op>), with the op's own
+// parameters where it has them (Op::Params).
+template <typename Op>
+kernels::RoiGeometry<Op> roi_geometry_of(const kernels::RoiFamilyGeometry& base, const kernels::RoiParams<Op>& params) {
+  if constexpr (std::is_same_v<kernels::RoiGeometry<Op>, kernels::RoiFamilyGeometry>) {
+    static_cast<void>(params);
+    return base;
+  } else {
+    kernels::RoiGeometry<Op> g;
+    static_cast<kernels::RoiFamilyGeometry&>(g) = base;
+    g.params = params;
+    return g;
+  }
+}
+
 // The box layout Op reads (common/roi_family.h: kBoxColumns, kBoxLayout).
 template <typename Op>
 constexpr RoiLayout roi_layout() {
@@ -53,11 +69,13 @@ using RoiFamilyForward = std::conditional_t<Op::kIndex, std::tuple<Tensor, Tenso
 
 template <typename Op>
 RoiFamilyForward<Op> roi_family_forward(const Tensor& input, const Tensor& rois, const RoiFamilyArgs& a,
-                                        DeviceType device, RoiFamilyNames names) {
+                                        DeviceType device, RoiFamilyNames names,
+                                        const kernels::RoiParams<Op>& params = {}) {
   const std::string_view op = names.forward;
   check_rois(input, rois, a.pooled_height, a.pooled_width, device, op, "input", roi_layout<Op>());
   OPKILN_CHECK(input.dim() == 4, "opkiln::", op, ": input must have shape [N, C, H, W], got ", sizes(input));
-  const auto g = roi_family_geometry({input.size(0), input.size(1), input.size(2), input.size(3)}, rois.size(0), a);
+  const auto g = roi_geometry_of<Op>(
+      roi_family_geometry({input.size(0), input.size(1), input.size(2), input.size(3)}, rois.size(0), a), params);
 #if OPKILN_WITH_CUDA
   std::optional<DeviceGuard> guard;
   if (device == DeviceType::CUDA) guard.emplace(input);
@@ -98,14 +116,15 @@ RoiFamilyForward<Op> roi_family_forward(const Tensor& input, const Tensor& rois,
 // index: the forward's (Op::kIndex), checked to be int32 of grad's shape; nullptr otherwise.
 template <typename Op>
 Tensor roi_family_backward(const Tensor& grad, const Tensor& rois, const Tensor* index, const RoiFamilyArgs& a,
-                           const InputShape& in, DeviceType device, RoiFamilyNames names) {
+                           const InputShape& in, DeviceType device, RoiFamilyNames names,
+                           const kernels::RoiParams<Op>& params = {}) {
   const std::string_view op = names.backward;
   check_rois(grad, rois, a.pooled_height, a.pooled_width, device, op, "grad", roi_layout<Op>());
   if (index != nullptr) check_same_device(grad, *index, op, "grad", names.index);
   OPKILN_CHECK_VALUE(in.batch >= 0 && in.channels >= 0 && in.height >= 0 && in.width >= 0, "opkiln::", op,
                      ": the input shape must be non-negative, got [", in.batch, ", ", in.channels, ", ", in.height,
                      ", ", in.width, "]");
-  const auto g = roi_family_geometry(in, rois.size(0), a);
+  const auto g = roi_geometry_of<Op>(roi_family_geometry(in, rois.size(0), a), params);
   const Sizes expected{{g.rois, g.channels, g.pooled_height, g.pooled_width}};
   OPKILN_CHECK(sizes(grad) == expected, "opkiln::", op, ": grad must have shape [K, C, pooled_height, ",
                "pooled_width] = ", expected, ", got ", sizes(grad));

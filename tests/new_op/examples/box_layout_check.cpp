@@ -1,5 +1,6 @@
-// A [K, 6] member of the RoI family (batch, cx, cy, w, h, angle): each bin reads the pixel at the
-// rounded centre plus the angle column (so every column reaches roi()); forward and backward run
+// A [K, 6] member of the RoI family (batch, cx, cy, w, h, angle) with a parameter of its own
+// (Params: clockwise): each bin reads the pixel at the rounded centre plus the angle column, negated
+// when clockwise (so every column and the parameter reach the math); forward and backward run
 // through the family's CPU drivers; the batch-index check strides 6 values a row.
 #include <cstdio>
 #include <string_view>
@@ -12,20 +13,25 @@ struct CentreAngle {
   static constexpr bool kIndex = false;
   static constexpr std::int64_t kBoxColumns = 6;
   static constexpr std::string_view kBoxLayout = "batch index, cx, cy, w, h, angle";
+  struct Params {
+    bool clockwise = false;
+  };
   template <typename Acc> struct Roi { bool valid = false; std::int64_t batch = 0, offset = 0; Acc angle = 0; };
   template <typename Acc, typename Round>
-  static Roi<Acc> roi(Acc b, Acc cx, Acc cy, Acc w, Acc h, Acc angle, const RoiFamilyGeometry& g, Round) {
+  static Roi<Acc> roi(Acc b, Acc cx, Acc cy, Acc w, Acc h, Acc angle, const RoiFamilyGeometryWith<Params>& g,
+                      Round) {
     Roi<Acc> r;
     if (!batch_index_valid(b, g.batch)) return r;
     r.valid = true;
     r.batch = static_cast<std::int64_t>(b);
     r.offset = static_cast<std::int64_t>(cy) * g.width + static_cast<std::int64_t>(cx);
-    r.angle = angle + Acc(0) * (w + h);
+    r.angle = (g.params.clockwise ? -angle : angle) + Acc(0) * (w + h);
     return r;
   }
   template <typename Acc> struct Tap { std::int64_t offset; };
   template <typename Acc, typename Round, typename F>
-  static void taps(const Roi<Acc>& r, std::int64_t, std::int64_t, const RoiFamilyGeometry&, Round, F&& f) {
+  static void taps(const Roi<Acc>& r, std::int64_t, std::int64_t, const RoiFamilyGeometryWith<Params>&, Round,
+                   F&& f) {
     f(Tap<Acc>{r.offset});
   }
   template <typename Acc> using State = Acc;
@@ -43,7 +49,8 @@ OPKILN_ROI_FAMILY_CPU(CentreAngle);
 int main() {
   using namespace opkiln::kernels;
   static_assert(kBoxColumns<CentreAngle> == 6 && kBoxLayout<CentreAngle> == "batch index, cx, cy, w, h, angle");
-  RoiFamilyGeometry g;
+  RoiGeometry<CentreAngle> g;
+  g.params.clockwise = true;
   g.batch = 2, g.channels = 1, g.height = 3, g.width = 4, g.rois = 3, g.pooled_height = 1, g.pooled_width = 1;
   std::vector<float> input(2 * 3 * 4);
   for (std::size_t i = 0; i < input.size(); ++i) input[i] = static_cast<float>(i);
