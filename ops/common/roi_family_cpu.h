@@ -181,10 +181,10 @@ void roi_family_backward_cpu(ScalarKind kind, const RoiGeometry<Op>& g, const vo
 }  // namespace opkiln::kernels
 
 // The CPU drivers for one op's per-bin math `Op` (a type in opkiln::kernels).
-#define OPKILN_ROI_FAMILY_CPU(Op)                                                                                  \
-  template void opkiln::kernels::roi_family_forward_cpu<opkiln::kernels::Op>(                                      \
-      opkiln::kernels::ScalarKind, const opkiln::kernels::RoiGeometry<opkiln::kernels::Op>&, const void*, const void*, void*,     \
-      std::int32_t*, std::int64_t, std::int64_t);                                                                  \
-  template void opkiln::kernels::roi_family_backward_cpu<opkiln::kernels::Op>(                                     \
-      opkiln::kernels::ScalarKind, const opkiln::kernels::RoiGeometry<opkiln::kernels::Op>&, const void*, const void*,            \
-      const std::int32_t*, void*, std::int64_t, std::int64_t)
+#define OPKILN_ROI_FAMILY_CPU(Op)                                                                                      \
+  template void opkiln::kernels::roi_family_forward_cpu<opkiln::kernels::Op>(                                          \
+      opkiln::kernels::ScalarKind, const opkiln::kernels::RoiGeometry<opkiln::kernels::Op>&, const void*,              \
+      const void*, void*, std::int32_t*, std::int64_t, std::int64_t);                                                  \
+  template void opkiln::kernels::roi_family_backward_cpu<opkiln::kernels::Op>(                                         \
+      opkiln::kernels::ScalarKind, const opkiln::kernels::RoiGeometry<opkiln::kernels::Op>&, const void*,              \
+      const void*, const std::int32_t*, void*, std::int64_t, std::int64_t)

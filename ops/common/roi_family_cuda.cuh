@@ -95,10 +95,10 @@ CudaStatus roi_family_backward_cuda(ScalarKind kind, const RoiGeometry<Op>& g, c
 }  // namespace opkiln::kernels
 
 // The CUDA drivers for one op's per-bin math `Op` (a type in opkiln::kernels).
-#define OPKILN_ROI_FAMILY_CUDA(Op)                                                                                   \
-  template opkiln::kernels::CudaStatus opkiln::kernels::roi_family_forward_cuda<opkiln::kernels::Op>(                \
-      opkiln::kernels::ScalarKind, const opkiln::kernels::RoiGeometry<opkiln::kernels::Op>&, const void*, const void*, void*,       \
-      std::int32_t*, opkiln::kernels::CudaStream);                                                                   \
-  template opkiln::kernels::CudaStatus opkiln::kernels::roi_family_backward_cuda<opkiln::kernels::Op>(               \
-      opkiln::kernels::ScalarKind, const opkiln::kernels::RoiGeometry<opkiln::kernels::Op>&, const void*, const void*,              \
-      const std::int32_t*, void*, void*, std::size_t, opkiln::kernels::CudaStream)
+#define OPKILN_ROI_FAMILY_CUDA(Op)                                                                                     \
+  template opkiln::kernels::CudaStatus opkiln::kernels::roi_family_forward_cuda<opkiln::kernels::Op>(                  \
+      opkiln::kernels::ScalarKind, const opkiln::kernels::RoiGeometry<opkiln::kernels::Op>&, const void*,              \
+      const void*, void*, std::int32_t*, opkiln::kernels::CudaStream);                                                 \
+  template opkiln::kernels::CudaStatus opkiln::kernels::roi_family_backward_cuda<opkiln::kernels::Op>(                 \
+      opkiln::kernels::ScalarKind, const opkiln::kernels::RoiGeometry<opkiln::kernels::Op>&, const void*,              \
+      const void*, const std::int32_t*, void*, void*, std::size_t, opkiln::kernels::CudaStream)

@@ -1,6 +1,6 @@
 // The binding of an RoI-family op (common/roi_family.h: roi_align, roi_pool), written once: the
-// checks (rois in the op's box layout), the contiguous inputs, the batch-index check, the outputs' allocation, the workspace and
-// the CPU/CUDA dispatch. A member op's binding.cpp calls roi_family_forward / roi_family_backward
+// checks (rois in the op's box layout), the contiguous inputs, the batch-index check, the outputs'
+// allocation, the workspace and the CPU/CUDA dispatch. A member op's binding.cpp calls roi_family_forward / roi_family_backward
 // with its per-bin math `Op` from functions of its own schema's signature, and registers them
 // with OPKILN_ROI_FAMILY_KERNELS. Include it after facade/facade.h.
 #pragma once

@@ -59,7 +59,8 @@ int main() {
   std::vector<float> out(3, -1);
   roi_family_forward_cpu<CentreAngle>(ScalarKind::Float32, g, input.data(), rois.data(), out.data(), nullptr, 0, 3);
   std::vector<float> grad_out{1, 2, 3}, grad_in(input.size(), -1);
-  roi_family_backward_cpu<CentreAngle>(ScalarKind::Float32, g, grad_out.data(), rois.data(), nullptr, grad_in.data(), 0, 2);
+  roi_family_backward_cpu<CentreAngle>(ScalarKind::Float32, g, grad_out.data(), rois.data(), nullptr, grad_in.data(),
+                                       0, 2);
   const std::int64_t bad = first_bad_roi_cpu(ScalarKind::Float32, rois.data(), 3, 6, 2);
   float sum = 0;
   for (float v : grad_in) sum += v;
