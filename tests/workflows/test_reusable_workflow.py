@@ -133,3 +133,77 @@ def test_the_build_jobs_kiln_steps_run_on_a_project_without_a_cibuildwheel_table
     assert package.stdout.strip() == "ringops"
     context_dir = _run_step("kiln matrix --docker-context", env, tmp_path).stdout.strip()
     assert (Path(context_dir) / "Dockerfile").is_file()
+
+
+SIGNING_STEP = "Install kiln and its signing extra (sigstore, pinned with hashes in the lock kiln ships)"
+KILN_INSTALL_STEPS = {("matrix", "Install kiln"), ("build", "Install kiln and cibuildwheel"), ("index", SIGNING_STEP)}
+
+
+def _kiln_install(job: str, name: str) -> str:
+    """The part of a job's install step that installs kiln itself (what follows installs kiln's own locks)."""
+    return str(_steps(job)[name]["run"]).split("lock=$(", 1)[0]
+
+
+def _fake_python(tmp_path: Path, kiln_installed: bool) -> tuple[dict[str, str], Path]:
+    log = tmp_path / "python.log"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python").write_text(
+        f'#!/bin/bash\nprintf "%s\\n" "$*" >> {log}\n'
+        f'if [ "$1" = -c ]; then exit {0 if kiln_installed else 1}; fi\n')
+    (bin_dir / "python").chmod(0o755)
+    return {"PATH": f"{bin_dir}:/usr/bin:/bin"}, log
+
+
+def test_every_job_installs_kiln_the_same_way() -> None:
+    texts = {_kiln_install(job, name) for job, name in KILN_INSTALL_STEPS}
+    assert len(texts) == 1, "the jobs install kiln in different ways"
+    for job, name in KILN_INSTALL_STEPS:
+        env = _steps(job)[name]["env"]
+        assert env == {"KILN": "${{ inputs.kiln }}", "KILN_LOCK": "${{ inputs.kiln-lock }}"}, (job, env)
+    assert 'pip install "$KILN"\n' not in (REPO / ".github" / "workflows" / "kiln.yml").read_text()
+
+
+def test_without_a_kiln_lock_nothing_is_installed(tmp_path: Path) -> None:
+    env, log = _fake_python(tmp_path, kiln_installed=True)
+    result = _run_step(_kiln_install("matrix", "Install kiln"), {**env, "KILN": "torch-kiln==0.1.0",
+                                                                 "KILN_LOCK": ""}, tmp_path)
+    assert result.returncode == 1 and "set the kiln-lock input" in result.stdout
+    assert not log.exists(), "pip ran without a lock"
+
+
+@pytest.mark.parametrize("kiln_is_a_path", [True, False])
+def test_the_lock_goes_in_first_with_hashes(tmp_path: Path, kiln_is_a_path: bool) -> None:
+    env, log = _fake_python(tmp_path, kiln_installed=True)
+    kiln = "./packaging/kiln" if kiln_is_a_path else "torch-kiln==0.1.0"
+    if kiln_is_a_path:
+        (tmp_path / "packaging" / "kiln").mkdir(parents=True)
+    result = _run_step(_kiln_install("build", "Install kiln and cibuildwheel"),
+                       {**env, "KILN": kiln, "KILN_LOCK": "requirements/kiln.lock"}, tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    calls = log.read_text().splitlines()
+    assert calls[0] == "-m pip install --require-hashes -r requirements/kiln.lock"
+    installs = [c for c in calls if " pip install " in f" {c}"]
+    if kiln_is_a_path:
+        assert installs[1:] == ["-m pip install --no-deps --no-build-isolation ./packaging/kiln"]
+    else:
+        assert installs[1:] == [], "a requirement is installed from the lock only"
+    assert calls[-1] == "-c import kiln_tool"
+
+
+def test_a_lock_without_kiln_is_refused(tmp_path: Path) -> None:
+    env, _ = _fake_python(tmp_path, kiln_installed=False)
+    result = _run_step(_kiln_install("index", SIGNING_STEP),
+                       {**env, "KILN": "torch-kiln==0.1.0", "KILN_LOCK": "requirements/kiln.lock"}, tmp_path)
+    assert result.returncode == 1 and "kiln-lock installs no kiln" in result.stdout
+
+
+def test_opkilns_own_lock_pins_every_package_with_hashes() -> None:
+    lock = (REPO / "requirements" / "kiln-workflow.lock").read_text()
+    blocks = [b for b in re.split(r"\n(?=[a-z])", lock.split("\n", 2)[2]) if b.strip()]
+    assert blocks and all("==" in b and "--hash=sha256:" in b for b in blocks)
+    names = {b.split("==", 1)[0] for b in blocks}
+    assert {"hatchling", "pyelftools", "packaging", "rich", "zstandard", "auditwheel"} <= names
+    for caller in ("wheels.yml", "release.yml"):
+        call = next(j for j in workflow(caller)["jobs"].values() if "kiln.yml" in str(j.get("uses", "")))
+        assert call["with"]["kiln-lock"] == "requirements/kiln-workflow.lock", caller
