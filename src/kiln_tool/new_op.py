@@ -559,14 +559,14 @@ def _pascal(name: str) -> str:
     return "".join(word.capitalize() for word in name.split("_"))
 
 
-# torchvision's spelling of these words in its class names (RoIAlign, PSRoIPool), which a scaffolded
-# op's nn.Module follows; the C++ per-bin struct keeps the plain _pascal spelling (RoiAlign).
-CLASS_ACRONYMS = {"roi": "RoI", "ps": "PS", "nms": "NMS"}
+# torchvision's spelling of these words in its class names (RoI..., PSRoI...), which a scaffolded op's
+# nn.Module follows; the C++ per-bin struct keeps the plain _pascal spelling (Roi...).
+CLASS_ACRONYMS = {"roi": "RoI", "ps": "PS"}
 
 
 def torchvision_class_name(name: str) -> str:
-    """The nn.Module class of op `name` as torchvision spells its own: roi_align -> RoIAlign,
-    ps_roi_pool -> PSRoIPool, roi_align_rotated -> RoIAlignRotated."""
+    """The nn.Module class of op `name` as torchvision spells its own: roi_align_rotated -> RoIAlignRotated,
+    ps_roi_sum -> PSRoISum."""
     return "".join(CLASS_ACRONYMS.get(word, word.capitalize()) for word in name.split("_"))
 
 

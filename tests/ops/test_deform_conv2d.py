@@ -17,6 +17,12 @@ from opkiln import ops
 from support.deform_conv2d_reference import CASES, deform_conv2d_ref, random_args, run_with_grads
 from support.ops_reference import DEVICES, TOL
 
+# What tests/wheels/test_wheel_install.py and the release rehearsal run in a fresh venv after `pip install` of
+# each wheel (op name -> a Python expression over torch and opkiln).
+INSTALL_SAMPLES = {"deform_conv2d": "opkiln.deform_conv2d(torch.arange(32.).reshape(1, 2, 4, 4),"
+                                    " torch.full((1, 18, 2, 2), 0.25), torch.ones(3, 2, 3, 3))",
+                   "DeformConv2d": "opkiln.DeformConv2d(2, 3, 3, bias=False)(torch.arange(32.).reshape(1, 2, 4, 4),"
+                                   " torch.zeros(1, 18, 2, 2))"}
 
 def _tv() -> ModuleType:
     with warnings.catch_warnings():
