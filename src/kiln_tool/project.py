@@ -205,16 +205,19 @@ def table_problems(table: Any) -> list[str]:
         problems.append(f"tool.kiln.{shown}: unknown key (known: {', '.join(sorted(properties))})")
     if len(unknown) > MAX_UNKNOWN_SHOWN:
         problems.append(f"tool.kiln: {len(unknown) - MAX_UNKNOWN_SHOWN} more unknown keys")
+    flagged = set()
     for key in sorted(k for k in table if k in properties):
         problem = _problem(f"tool.kiln.{key}", table[key], properties[key])
         if problem:
             problems.append(problem)
+            flagged.add(key)
     for key in ("version-file", "matrix", "install-samples"):
         value = table.get(key)
-        if isinstance(value, str) and ".." in Path(value).parts:
+        # One line per mistake: a value the schema refused already has its line.
+        if key not in flagged and isinstance(value, str) and ".." in Path(value).parts:
             problems.append(f"tool.kiln.{key} = {_shown(value)} lies outside the project")
     patterns = table.get("schema-sources")
-    if isinstance(patterns, list):
+    if isinstance(patterns, list) and "schema-sources" not in flagged:
         problems += [f"tool.kiln.schema-sources = {_shown(p)} lies outside the project" for p in patterns
                      if isinstance(p, str) and ".." in Path(p).parts]
     if "version" in table and "version-file" in table:
