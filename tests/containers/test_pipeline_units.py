@@ -294,3 +294,23 @@ touch "$out/{made}-0.3.0+pt213cpu-cp311-cp311-manylinux_2_34_x86_64.whl"
     assert env["KILN_GIT_DIRTY"] in ("0", "1")  # the export has no .git: the build info's git_dirty comes from here
     assert env["CIBW_BUILD"] == f"cp311-manylinux_{host_arch()}" and "KILN_CUDA_ARCHS" not in env
     assert env["PIP_FIND_LINKS"] == f"/host{tmp_path}/kiln-wheels"
+
+
+def test_the_rehearsal_reads_the_guards_fix_as_a_shell_would() -> None:
+    """The mismatched install's check: the guard's error, whose fix parses back (shlex) into a pip install of the
+    project from this combination's page, whatever options the fix carries."""
+    from types import SimpleNamespace
+
+    from kiln_tool.containers.rehearsal import Mismatch, _mismatch_problem
+
+    project = SimpleNamespace(name="opkiln", package="opkiln")
+    mismatch = Mismatch(wheel_url="http://127.0.0.1:1/x.whl", wheel="x.whl")
+    url, page = "http://127.0.0.1:8000/", "cpu/torch2.13/index.html"
+    head = "opkiln.OpkilnEnvironmentError: opkiln cannot be imported: this opkiln wheel was built for another\n"
+    good = head + f"  fix:   here:\n           pip install --force-reinstall --no-deps opkiln -f {url}{page}\n"
+    assert _mismatch_problem(project, good, url, page, mismatch) is None  # type: ignore[arg-type]
+    for bad in (head + f"  fix: pip install --no-deps other -f {url}{page}\n",
+                head + "  fix: pip install opkiln -f https://elsewhere.example/cpu/torch2.13/index.html\n",
+                head + f"  fix: pip install opkiln -f '{url}{page}\n",  # does not parse
+                f"ImportError: libc10.so: cannot open shared object file\n  pip install opkiln -f {url}{page}\n"):
+        assert _mismatch_problem(project, bad, url, page, mismatch) is not None, bad  # type: ignore[arg-type]

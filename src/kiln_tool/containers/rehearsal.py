@@ -229,18 +229,23 @@ def guard_variable(project: KilnProject, name: str) -> str:
 
 def _mismatch_problem(project: KilnProject, message: str, url: str, page: str, mismatch: Mismatch) -> str | None:
     """Why the guard's message for a mismatched install is not what a user needs, or None when it is."""
-    flat = " ".join(message.split())
-    wanted = [f"pip install {project.name}", url + page]
     # The guard's own error (an ImportError subclass whose headline says the package cannot be imported), not a
     # loader error or another exception.
     if not re.search(rf"^[\w.]*Error: {re.escape(project.package)} cannot be imported", message, flags=re.M):
         return (f"the import of {project.package} with {mismatch.wheel} beside this torch did not end in its "
                 f"import guard's error:\n{message[-2000:]}")
-    missing = [w for w in wanted if w not in flat]
-    if missing:
-        return (f"the import guard's message for {mismatch.wheel} installed beside this page's torch does not "
-                f"name {' and '.join(missing)}:\n{message[-2000:]}")
-    return None
+    # Its fix is one command a user pastes: parsed back as a shell would, it installs the project from the page.
+    for line in message.splitlines():
+        if "pip install" not in line:
+            continue
+        try:
+            args = shlex.split(line[line.index("pip install"):])
+        except ValueError:
+            continue
+        if args[:2] == ["pip", "install"] and project.name in args[2:] and url + page in args[2:]:
+            return None
+    return (f"the import guard's message for {mismatch.wheel} installed beside this page's torch has no fix that "
+            f"installs {project.name} from {url + page}:\n{message[-2000:]}")
 
 
 def install_as_user(engine: Engine, base: Base, uv: Path, url: str, wheel: str, page: str, log: Path,
