@@ -305,12 +305,14 @@ def test_the_rehearsal_reads_the_guards_fix_as_a_shell_would() -> None:
 
     project = SimpleNamespace(name="opkiln", package="opkiln")
     mismatch = Mismatch(wheel_url="http://127.0.0.1:1/x.whl", wheel="x.whl")
-    url, page = "http://127.0.0.1:8000/", "cpu/torch2.13/index.html"
+    url, page = "http://127.0.0.1:8000/", "cpu/torch2.13/"  # the page's folder, as the rehearsal names it
     head = "opkiln.OpkilnEnvironmentError: opkiln cannot be imported: this opkiln wheel was built for another\n"
-    good = head + f"  fix:   here:\n           pip install --force-reinstall --no-deps opkiln -f {url}{page}\n"
-    assert _mismatch_problem(project, good, url, page, mismatch) is None  # type: ignore[arg-type]
+    for shown in (f"{url}{page}index.html", f"{url}{page}"):
+        good = head + f"  fix:   here:\n           pip install --force-reinstall --no-deps opkiln -f {shown}\n"
+        assert _mismatch_problem(project, good, url, page, mismatch) is None  # type: ignore[arg-type]
     for bad in (head + f"  fix: pip install --no-deps other -f {url}{page}\n",
                 head + "  fix: pip install opkiln -f https://elsewhere.example/cpu/torch2.13/index.html\n",
+                head + f"  fix: pip install opkiln -f {url}cu130/torch2.14/index.html\n",
                 head + f"  fix: pip install opkiln -f '{url}{page}\n",  # does not parse
                 f"ImportError: libc10.so: cannot open shared object file\n  pip install opkiln -f {url}{page}\n"):
         assert _mismatch_problem(project, bad, url, page, mismatch) is not None, bad  # type: ignore[arg-type]

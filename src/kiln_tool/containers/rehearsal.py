@@ -242,7 +242,8 @@ def _mismatch_problem(project: KilnProject, message: str, url: str, page: str, m
             args = shlex.split(line[line.index("pip install"):])
         except ValueError:
             continue
-        if args[:2] == ["pip", "install"] and project.name in args[2:] and url + page in args[2:]:
+        pages = {url + page, url + page + "index.html"} if page.endswith("/") else {url + page}
+        if args[:2] == ["pip", "install"] and project.name in args[2:] and pages & set(args[2:]):
             return None
     return (f"the import guard's message for {mismatch.wheel} installed beside this page's torch has no fix that "
             f"installs {project.name} from {url + page}:\n{message[-2000:]}")
