@@ -33,6 +33,7 @@ from __future__ import annotations
 import ast
 import keyword
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from string import Template
@@ -180,24 +181,34 @@ def _render(template: str, **values: str) -> str:
     return Template((TEMPLATES / template).read_text()).substitute(values)
 
 
-def _break_at(line: str, width: int, inside: int | None) -> tuple[int, int] | None:
-    """Where to break a too-long line: after the last ", " that fits, at the outermost bracket
-    level that has one, and the column the rest continues at (after that bracket); None when
-    there is none. `inside`: the column of a bracket opened on an earlier line."""
-    opens: list[int] = [] if inside is None else [inside]
+def _code(line: str, opens: list[int], comments: bool) -> Iterator[tuple[int, str]]:
+    """Each character of `line` outside strings and brackets, with its column; `opens` (the columns of the
+    open brackets) kept current as it goes. With `comments`, a trailing comment ends the line."""
     quote = ""
-    best: tuple[int, int, int] | None = None  # (depth, cut, indent)
     for i, c in enumerate(line):
         if quote:
             if c == quote and line[i - 1] != "\\":
                 quote = ""
         elif c in "\"'":
             quote = c
+        elif comments and (c == "#" or line.startswith("//", i)):
+            return
         elif c in "([{":
             opens.append(i)
         elif c in ")]}" and opens:
             opens.pop()
-        elif c == "," and opens and line[i + 1:i + 2] == " " and i + 1 < width and \
+        else:
+            yield i, c
+
+
+def _break_at(line: str, width: int, inside: int | None) -> tuple[int, int] | None:
+    """Where to break a too-long line: after the last ", " that fits, at the outermost bracket
+    level that has one, and the column the rest continues at (after that bracket); None when
+    there is none. `inside`: the column of a bracket opened on an earlier line."""
+    opens: list[int] = [] if inside is None else [inside]
+    best: tuple[int, int, int] | None = None  # (depth, cut, indent)
+    for i, c in _code(line, opens, comments=False):
+        if c == "," and opens and line[i + 1:i + 2] == " " and i + 1 < width and \
                 (best is None or len(opens) <= best[0]):
             best = (len(opens), i + 1, opens[-1] + 1)
     return None if best is None else (best[1], best[2])
@@ -207,19 +218,8 @@ def _open_brackets(line: str, opens: list[int]) -> list[int]:
     """The columns of the brackets still open after `line` (`opens`: those open before it; strings
     and a trailing comment skipped)."""
     opens = list(opens)
-    quote = ""
-    for i, c in enumerate(line):
-        if quote:
-            if c == quote and line[i - 1] != "\\":
-                quote = ""
-        elif c in "\"'":
-            quote = c
-        elif c == "#" or line.startswith("//", i):
-            break
-        elif c in "([{":
-            opens.append(i)
-        elif c in ")]}" and opens:
-            opens.pop()
+    for _ in _code(line, opens, comments=True):
+        pass
     return opens
 
 
