@@ -156,17 +156,37 @@ def diffoscope(a: Path, b: Path, max_lines: int = 120) -> str | None:
     return "\n".join(proc.stdout.splitlines()[:max_lines])
 
 
-def source_hash_of(wheel: Path) -> str | None:
-    """The source_hash of the wheel's <package>/_build_info.json (None without one)."""
+SETTINGS_KEYS = ("source_hash", "git_commit", "git_dirty", "abi_mode", "cuda_tag", "cuda_archs", "flags")
+"""Build info fields that are inputs of a build (its sources and its settings), not results of it: a wheel of
+dist/ is a fair reference for the rebuild only where all of them agree (KILN_CUDA_ARCHS, say, changes the
+fatbin by design)."""
+
+
+def build_settings_of(wheel: Path) -> dict[str, object] | None:
+    """SETTINGS_KEYS of the wheel's <package>/_build_info.json (None without a readable one)."""
     import json
 
     try:
         with zipfile.ZipFile(wheel) as zf:
             names = [n for n in zf.namelist() if n.count("/") == 1 and n.endswith("/_build_info.json")]
-            value = json.loads(zf.read(names[0])).get("source_hash") if len(names) == 1 else None
+            if len(names) != 1 or zf.getinfo(names[0]).file_size > 1 << 20:
+                return None
+            doc = json.loads(zf.read(names[0]))
     except (OSError, zipfile.BadZipFile, ValueError, KeyError):
         return None
-    return value if isinstance(value, str) else None
+    return {key: doc.get(key) for key in SETTINGS_KEYS} if isinstance(doc, dict) else None
+
+
+def settings_difference(reference: Path, rebuilt: Path) -> str:
+    """'' when both wheels were built from the same sources with the same settings, else the first field
+    that differs, shown as 'field (reference vs rebuilt)'."""
+    ours, theirs = build_settings_of(reference), build_settings_of(rebuilt)
+    if ours is None or theirs is None:
+        return "_build_info.json (unreadable in one of them)"
+    for key in SETTINGS_KEYS:
+        if ours[key] != theirs[key]:
+            return f"{key} ({ours[key]!r} vs {theirs[key]!r})"
+    return ""
 
 
 def dist_wheel(dist: Path, name: str) -> Path | None:
@@ -209,9 +229,10 @@ def run_repro(spec: BuildSpec, logs: Path, keep: Path | None = None,
                 raise PipelineError("repro", f"build {condition.name} failed: {exc}") from exc
         a, b = result.builds
         result.dist_wheel = dist_wheel(project.root / "dist", a.repaired.name)
-        if result.dist_wheel is not None and source_hash_of(result.dist_wheel) != source_hash_of(a.repaired):
-            result.dist_note = (f"{result.dist_wheel} was built from other sources (its build info's source_hash): "
-                                "not compared; kiln wheels rebuilds it")
+        differs = settings_difference(result.dist_wheel, a.repaired) if result.dist_wheel is not None else ""
+        if differs:
+            result.dist_note = (f"{result.dist_wheel} was built from other sources or settings (its build info's "
+                                f"{differs}): not compared; kiln wheels rebuilds it")
             result.dist_wheel = None
         say(f"compare with each other and with {result.dist_wheel or 'dist/ (no wheel of these sources there)'}")
         if result.dist_wheel is not None:

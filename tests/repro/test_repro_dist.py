@@ -6,16 +6,22 @@ import json
 import zipfile
 from pathlib import Path
 
+import pytest
+
 from kiln_tool.matrix_data import BuildSpec
-from kiln_tool.repro import Build, ReproResult, dist_wheel, source_hash_of
+from kiln_tool.repro import SETTINGS_KEYS, Build, ReproResult, dist_wheel, settings_difference
+
+SETTINGS = {"source_hash": "h", "git_commit": "c0ffee", "git_dirty": False, "abi_mode": "torch",
+            "cuda_tag": "cu130", "cuda_archs": ["8.0", "9.0+PTX"], "flags": {"cuda": ["-O3"], "cxx": ["-O3"]}}
 
 
-def _wheel(path: Path, source_hash: str | None) -> Path:
+def _wheel(path: Path, source_hash: str | None, **settings: object) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(path, "w") as zf:
         zf.writestr("pkg/__init__.py", "")
         if source_hash is not None:
-            zf.writestr("pkg/_build_info.json", json.dumps({"source_hash": source_hash}))
+            info = {**SETTINGS, "source_hash": source_hash, "ops": ["pkg::op"], **settings}
+            zf.writestr("pkg/_build_info.json", json.dumps(info))
     return path
 
 
@@ -40,8 +46,23 @@ def test_dists_wheel_is_found_where_kiln_wheels_puts_it(tmp_path: Path) -> None:
     assert dist_wheel(tmp_path, name) == placed
 
 
-def test_the_source_hash_says_whether_dists_wheel_is_of_these_sources(tmp_path: Path) -> None:
-    assert source_hash_of(_wheel(tmp_path / "a.whl", "abc")) == "abc"
-    assert source_hash_of(_wheel(tmp_path / "b.whl", None)) is None
+def test_dists_wheel_is_a_reference_only_for_the_same_sources_and_settings(tmp_path: Path) -> None:
+    rebuilt = _wheel(tmp_path / "rebuilt.whl", "h")
+    assert settings_difference(_wheel(tmp_path / "same.whl", "h"), rebuilt) == ""
+    # what a build produced (its op list) is compared by the repro itself, never a reason to skip it
+    assert settings_difference(_wheel(tmp_path / "ops.whl", "h", ops=["pkg::other"]), rebuilt) == ""
+    assert settings_difference(_wheel(tmp_path / "src.whl", "other"), rebuilt).startswith("source_hash ")
+    # CI's failure: `kiln wheels` built the matrix's whole arch list, the repro test two archs and PTX
+    whole = _wheel(tmp_path / "archs.whl", "h", cuda_archs=["7.5", "8.0", "12.0+PTX"])
+    assert settings_difference(whole, rebuilt) == "cuda_archs (['7.5', '8.0', '12.0+PTX'] vs ['8.0', '9.0+PTX'])"
+    assert settings_difference(_wheel(tmp_path / "none.whl", None), rebuilt).startswith("_build_info.json")
     (tmp_path / "c.whl").write_bytes(b"not a zip")
-    assert source_hash_of(tmp_path / "c.whl") is None
+    assert settings_difference(tmp_path / "c.whl", rebuilt).startswith("_build_info.json")
+
+
+@pytest.mark.parametrize("key", SETTINGS_KEYS)
+def test_every_setting_decides_alone(tmp_path: Path, key: str) -> None:
+    rebuilt = _wheel(tmp_path / "rebuilt.whl", "h")
+    settings = {k: v for k, v in SETTINGS.items() if k != "source_hash"}
+    other = _wheel(tmp_path / "other.whl", **{**settings, "source_hash": "h", key: "something else"})
+    assert settings_difference(other, rebuilt).startswith(f"{key} (")
