@@ -18,6 +18,7 @@ import pytest
 
 from adopters.fixtures import (  # noqa: F401 - the adopters' session fixtures, shared by every test folder
     kiln_tool,
+    maintainer_python,
     ringops_clone,
     ringops_cpu,
     ringops_cu130,

@@ -11,6 +11,12 @@
   build info (``<package>/_build_info.json``: the torch of that venv, the libraries built, the ops they register
   once loaded) beside them, and lists both in ``.git/info/exclude`` so they are never committed. After a kernel
   edit, run ``kiln develop`` again: only what changed is compiled.
+
+A later ``kiln wheels`` of a setuptools project must not take those two from the source tree: a
+``find_packages()`` or ``package_data`` project would carry ``<package>/_kiln/`` (and a ``*.json`` glob the build
+info) into the backend's wheel, where kiln writes its own (relabel refuses a wheel that already has them). So a
+backend build runs with them moved aside into its build folder (``develop_files_aside``) and put back after it,
+whatever the build's outcome; a build killed on the way is put right by the next one.
 """
 
 from __future__ import annotations
@@ -18,6 +24,8 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from .project import KilnProject
@@ -137,4 +145,51 @@ def _write_guard(project: KilnProject, python: Path, torch: object, env: dict[st
             "after an edit, run `kiln develop` again: ninja compiles only what changed"]
 
 
-__all__ = ["DevelopError", "develop"]
+ASIDE = "develop-aside"
+"""Where a backend build keeps ``kiln develop``'s files while setuptools runs (inside that build's folder)."""
+
+
+def _develop_files() -> list[str]:
+    from .build_info import GUARD_FOLDER
+    from .kiln_wheel import BUILD_INFO
+
+    return [GUARD_FOLDER, BUILD_INFO]
+
+
+def _put_back(aside: Path, folder: Path) -> None:
+    if not aside.is_dir():
+        return
+    for entry in sorted(aside.iterdir()):
+        target = folder / entry.name
+        if target.exists() or target.is_symlink():  # written again meanwhile (a kiln develop): that one is current
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+        else:
+            shutil.move(str(entry), str(target))
+    aside.rmdir()
+
+
+@contextmanager
+def develop_files_aside(project: KilnProject, build_dir: Path) -> Iterator[list[str]]:
+    """Move ``kiln develop``'s guard folder and build info out of ``project``'s package folder into
+    ``<build_dir>/develop-aside/`` for the duration of a backend build; yields the names moved. They go back when
+    the block ends, however it ends; what an earlier, killed build left aside goes back first."""
+    folder = project.root / project.package
+    aside = build_dir / ASIDE
+    _put_back(aside, folder)
+    moved: list[str] = []
+    try:
+        for name in _develop_files():
+            path = folder / name
+            if path.exists() or path.is_symlink():
+                aside.mkdir(parents=True, exist_ok=True)
+                shutil.move(str(path), str(aside / name))
+                moved.append(name)
+        yield moved
+    finally:
+        _put_back(aside, folder)
+
+
+__all__ = ["DevelopError", "develop", "develop_files_aside"]

@@ -31,6 +31,7 @@ from .epoch import source_date_epoch
 from .matrix_data import BuildSpec
 from .project import KilnProject, current_project, load_project
 from .repair import repair_wheel
+from .wheel_settings import SOURCE_PATTERNS
 
 if TYPE_CHECKING:
     from .torch_probe import TorchInstall
@@ -63,11 +64,6 @@ class BuildResult:
     @property
     def ok(self) -> bool:
         return self.wheel is not None
-
-
-SOURCE_PATTERNS = ("*.c", "*.cc", "*.cpp", "*.cxx", "*.cu", "*.h", "*.hh", "*.hpp", "*.cuh")
-"""What a kiln build's wheel leaves out unless tool.kiln.ship-sources (gitignore syntax, as wheel.exclude reads
-it): the C, C++ and CUDA sources and headers a package folder may hold beside its Python files."""
 
 
 def build_environment(spec: BuildSpec, python: Path, project: KilnProject,
@@ -127,7 +123,15 @@ def build_wheel(python: Path, spec: BuildSpec, out_dir: Path, log: Path, build_d
         if not project.ship_sources:  # the project's own wheel.exclude kept: -C replaces the list
             cmd += ["-C", "wheel.exclude=" + ";".join([*project.wheel_exclude, *SOURCE_PATTERNS])]
     cmd.append(str(project.root))
-    with log.open("a") as fh:
+    from .develop import develop_files_aside
+
+    # A backend build never sees kiln develop's guard and build info in the source package (kiln writes its own).
+    aside: contextlib.AbstractContextManager[list[str]] = (
+        develop_files_aside(project, build_dir) if project.build == "backend" else contextlib.nullcontext([]))
+    with log.open("a") as fh, aside as moved:
+        if moved:
+            fh.write(f"kiln: kiln develop's {', '.join(moved)} kept out of the build (in {build_dir}/develop-aside/ "
+                     "until it ends)\n")
         fh.write(f"$ {' '.join(cmd)}\n")
         fh.flush()
         proc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=project.root)

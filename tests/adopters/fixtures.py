@@ -54,3 +54,16 @@ def segops_clone(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def segops_cpu(kiln_tool: KilnTool, segops_clone: Path) -> Built:
     return kiln_wheels(kiln_tool, segops_clone, timing="segops: kiln wheels (cpu)")
+
+
+@pytest.fixture(scope="session")
+def maintainer_python(kiln_tool: KilnTool, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A maintainer's own venv as README's daily loop has them make it: torch 2.13.0 (CPU), the build tools of both
+    kinds of build (setuptools; scikit-build-core, cmake) with ninja, and the torch-kiln wheel; its python. Shared
+    by kiln develop's tests and the plain `pip wheel --no-build-isolation` of test_no_sources."""
+    from support.venvs import make_venv
+
+    with timed("maintainer venv: torch 2.13.0, setuptools, scikit-build-core, cmake, ninja, torch-kiln"):
+        return make_venv(tmp_path_factory.mktemp("maintainer") / "venv", "2.13.0",
+                         extra=["setuptools>=69", "scikit-build-core>=1.1.2", "cmake>=3.26", "ninja",
+                                str(kiln_tool.wheel)])
