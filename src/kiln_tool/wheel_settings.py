@@ -24,6 +24,7 @@ pyproject it cannot read is scikit-build-core's to report.
 from __future__ import annotations
 
 import copy
+import importlib
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -48,9 +49,10 @@ def _own_exclude(skbuild: dict[str, Any], state: str, env: Mapping[str, str] | N
     table = copy.deepcopy(skbuild)
     table.pop("config-setting", None)
     try:
-        from scikit_build_core.settings.skbuild_overrides import process_overrides
-
-        process_overrides(table, state=state, retry=False, env=env)  # type: ignore[arg-type]
+        # By name: only a scikit-build-core build calls this, and it has scikit-build-core; kiln's own commands
+        # never do (kiln_tool.bootstrap's scan of what they import leaves it out).
+        overrides = importlib.import_module("scikit_build_core.settings.skbuild_overrides")
+        overrides.process_overrides(table, state=state, retry=False, env=env)
     except (Exception, SystemExit):  # another scikit-build-core, or overrides it refuses (it says so itself)
         table = copy.deepcopy(skbuild)
     wheel = table.get("wheel", {})
