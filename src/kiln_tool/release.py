@@ -31,7 +31,7 @@ import os
 import shutil
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -150,6 +150,40 @@ def snapshot_dist(dist: Path, into: Path) -> dict[str, str]:
     return hashes
 
 
+def snapshot_sdists(sdists: Sequence[Path], into: Path) -> dict[str, str]:
+    """The release's sdists (`--sdist`), copied once and checked (index/sdists.py: this project's, unlabelled, one
+    per version) before anything is audited, fetched or uploaded. Returns name -> sha256."""
+    from .index import IndexInputError
+    from .index.publish import copy_hashed, open_regular
+    from .index.sdists import inspect_sdist, version_key
+    from .kiln_wheel import served
+
+    hashes: dict[str, str] = {}
+    versions: dict[object, str] = {}
+    problems: list[str] = []
+    for path in sdists:
+        if path.name in hashes:
+            problems.append(f"{path.name}: given twice")
+            continue
+        try:
+            with os.fdopen(open_regular(path), "rb") as fh:
+                sha256, size = copy_hashed(fh, into / path.name)
+            sdist = inspect_sdist(path.name, into / path.name, sha256, size, served()[0])
+        except (IndexInputError, FileExistsError) as exc:
+            problems.append(f"--sdist {path}: {exc}")
+            continue
+        twin = versions.get(version_key(sdist.version))
+        if twin is not None:
+            problems.append(f"{path.name} and {twin}: two sdists of version {sdist.version}; one per version")
+            continue
+        versions[version_key(sdist.version)] = path.name
+        hashes[path.name] = sha256
+    if problems:
+        raise ReleaseError("input", f"unusable sdist: {problems[0]}" if len(problems) == 1 else
+                           f"{len(problems)} unusable sdists:\n  " + "\n  ".join(problems), 2)
+    return hashes
+
+
 def _claim_successor(storage: object, site: Path, fetched: bytes | None) -> None:
     """Where the storage can decide between racing writers (a bucket's conditional PUT), claim the published
     state this release built on: one successor per state. A second release built on the same state would drop
@@ -225,12 +259,13 @@ def _sign(site: Path, snapshot: Path, signer: Signer, chain: PublishedChain, sto
 def run_release(dist: Path, site: Path, base_url: str, published_url: str | None, *, first_release: bool,
                 say: Say = print, storage_config: Path | None = None, repository: str | None = None,
                 tag: str | None = None, gh: GhCli | None = None, signer: Signer | None = None,
-                allow_dirty: bool = False) -> ReleaseResult:
+                allow_dirty: bool = False, sdists: Sequence[Path] = ()) -> ReleaseResult:
     """``storage_config``: data/storage.json when None (this repository: the release's assets); ``gh``: how
     gh is run (default: `gh` on PATH); ``signer``: signs the release manifest (kiln_tool.signing; None: an
     unsigned release, refused onto an index whose releases are signed); ``allow_dirty``: wheels whose build info
     says their tree had uncommitted changes are let through with a line said (`kiln release-rehearsal` only, which
-    publishes nowhere; a release refuses them)."""
+    publishes nowhere; a release refuses them); ``sdists``: the project's sdists (`kiln sdist`), published beside
+    the wheels, stored and signed like them."""
     from .index.storage import load_config
 
     if published_url is None and not first_release:
@@ -253,21 +288,25 @@ def run_release(dist: Path, site: Path, base_url: str, published_url: str | None
             signer.check()  # before anything is read, audited or uploaded
         except SigningError as exc:
             raise ReleaseError("sign", str(exc), exc.exit_code) from None
-    with tempfile.TemporaryDirectory(prefix="kiln-release-dist-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="kiln-release-dist-") as tmp, \
+            tempfile.TemporaryDirectory(prefix="kiln-release-sdist-") as sdist_tmp:
         snapshot = Path(tmp)
         hashes = snapshot_dist(dist, snapshot)
+        sdist_hashes = snapshot_sdists(sdists, Path(sdist_tmp))
         if not allow_dirty:
             _refuse_dirty(sorted(snapshot.iterdir()))
         elif dirty := [w.name for w in sorted(snapshot.iterdir()) if _dirty_commit(w) is not None]:
             say(f"release: {len(dirty)} wheel(s) built from an uncommitted tree, let through for a rehearsal only: "
                 f"{', '.join(dirty)}")
         return _release(snapshot, hashes, dist, site, base_url, published_url, first_release=first_release, say=say,
-                        config=config, repository=repository, tag=tag, gh=gh, signer=signer)
+                        config=config, repository=repository, tag=tag, gh=gh, signer=signer,
+                        sdist_hashes=sdist_hashes, sdist_snapshot=Path(sdist_tmp))
 
 
 def _release(snapshot: Path, hashes: dict[str, str], dist: Path, site: Path, base_url: str,
              published_url: str | None, *, first_release: bool, say: Say, config: dict[str, Any],
-             repository: str | None, tag: str | None, gh: GhCli | None, signer: Signer | None = None) -> ReleaseResult:
+             repository: str | None, tag: str | None, gh: GhCli | None, signer: Signer | None = None,
+             sdist_hashes: dict[str, str] | None = None, sdist_snapshot: Path | None = None) -> ReleaseResult:
     from .index import KilnIndexError, build_index
     from .index.fetch import FetchError, fetch_site
     from .index.storage import open_storage
@@ -297,7 +336,7 @@ def _release(snapshot: Path, hashes: dict[str, str], dist: Path, site: Path, bas
     try:
         from .index.ledger import check_names_free
 
-        check_names_free(storage, hashes, site, published_url)
+        check_names_free(storage, hashes, site, published_url, sdists=sdist_hashes)
     except KilnIndexError as exc:
         raise ReleaseError("storage", str(exc), exc.exit_code) from None
     manifest_path = site / "kiln-index.json"
@@ -306,8 +345,9 @@ def _release(snapshot: Path, hashes: dict[str, str], dist: Path, site: Path, bas
     try:
         # SITE holds the fetched manifest and no page, and is deployed whole: every page is rendered.
         # The snapshot's wheels were audited above with the release rules: exactly those bytes are listed.
+        sdist_paths = [sdist_snapshot / name for name in sorted(sdist_hashes or {})] if sdist_snapshot else []
         result = build_index(snapshot, site, base_url, log=say, storage=storage, render_all=True, audit=None,
-                             audited=hashes)
+                             audited={**hashes, **(sdist_hashes or {})}, sdists=sdist_paths)
     except KilnIndexError as exc:
         raise ReleaseError("index", str(exc), exc.exit_code) from None
     except OSError as exc:
@@ -318,8 +358,10 @@ def _release(snapshot: Path, hashes: dict[str, str], dist: Path, site: Path, bas
     if published_url is not None:
         _still_published(site, published_url, fetched_manifest)
     added = tuple(w.filename for w in result.added)
+    added += tuple(s.filename for s in result.added_sdists)
     for name in added:
         say(f"release: added {name}")
-    uploaded = tuple(w.filename for w in result.added if w.url is not None)
+    uploaded = tuple(w.filename for w in result.added if w.url is not None) + \
+        tuple(s.filename for s in result.added_sdists if s.url is not None)
     return ReleaseResult(recorded=recorded, added=added, unchanged=tuple(result.unchanged), fetched=fetched,
                          downloaded_bytes=stats.get("bytes", 0), uploaded=uploaded)

@@ -140,6 +140,10 @@ def test_the_wheels_it_promises_were_made(session: Session) -> None:
     projects = session.clone / "tests" / "adopters" / "projects"
     assert [w.name for w in (session.clone / "dist" / "kiln").glob("torch_kiln-*-py3-none-any.whl")]
     assert len(list((projects / "ringops" / "dist").glob("ringops-0.3.0+pt213cpu-cp311-cp311-manylinux_*.whl"))) == 1
+    # The source fallback: kiln sdist's unlabelled sdist, published by kiln index --sdist on the source page alone.
+    site = projects / "ringops" / "build" / "site"
+    assert (site / "sdist" / "ringops-0.3.0.tar.gz").is_file()
+    assert "ringops-0.3.0.tar.gz#sha256=" in (site / "source" / "index.html").read_text()
     # The setup.py projects, linked hardened by kiln (a version script for their kind, --exclude-libs,ALL), pass
     # the audit into dist/ with nothing in dist/audit-failed/.
     for wheel in ("twinlibs-0.2.0+pt213cpu", "segops-0.1.0+pt213cpu"):

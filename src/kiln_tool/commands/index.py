@@ -17,7 +17,10 @@ layout of OUT_DIR:
   wheels/<wheel>[.metadata]      the wheels and their METADATA (PEP 658), unless --storage puts
                                  them elsewhere (docs/storage.md: release assets, an S3 bucket);
                                  pages then link each by its absolute URL with #sha256
-  kiln-index.json                what is published, with sha256 (and each stored wheel's URL)
+  sdist/<name>-<version>.tar.gz  the sources (--sdist), unless --storage puts them beside the wheels
+  source/index.html              the sdists alone: pip install <project> --no-binary <project>
+                                 --no-build-isolation -f <url of this page> (a torch no page has)
+  kiln-index.json                what is published, with sha256 (and each stored file's URL)
 
 OUT_DIR is merged, never rewritten: published wheels stay; a wheel that is the same
 distribution as a published one (normalized name, version and tags) with other bytes is
@@ -43,6 +46,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repository", default=None, metavar="OWNER/NAME",
                         help="github-release storage: the repository (default: $GITHUB_REPOSITORY)")
     parser.add_argument("--tag", default=None, help="github-release storage: the release's tag (default: $TAG)")
+    parser.add_argument("--sdist", action="append", type=Path, default=[], metavar="PATH",
+                        help="publish this sdist of the project beside the wheels (kiln sdist makes it in "
+                             "build/sdist/: unlabelled, one per version; repeatable)")
     parser.add_argument("--trust-published-sizes", action="store_true",
                         help="check published wheels by size only instead of sha256 (faster on huge sites; "
                              "a same-size alteration then goes unnoticed: see docs/security.md)")
@@ -58,7 +64,7 @@ def execute(args: argparse.Namespace) -> int:
         if args.storage is not None:
             storage = open_storage(load_config(args.storage), repository=args.repository, tag=args.tag)
         result = build_index(args.dist, args.out, args.base_url, log=print,
-                             verify_published=not args.trust_published_sizes, storage=storage)
+                             verify_published=not args.trust_published_sizes, storage=storage, sdists=args.sdist)
     except MergeCutShortError as exc:  # the site changed: the message says exactly how far
         print(f"kiln index: {exc}", file=sys.stderr)
         return exc.exit_code
@@ -73,6 +79,8 @@ def execute(args: argparse.Namespace) -> int:
     for wheel in result.added:
         combos = ", ".join(c.page.removesuffix("index.html") for c in wheel.combos)
         print(f"added {wheel.filename} -> {combos}")
+    for sdist in result.added_sdists:
+        print(f"added {sdist.filename} -> source/")
     for name in result.unchanged:
         print(f"already published, same bytes: {name}")
     print(f"{result.out}: {result.total} wheel(s) in {len(result.combos)} combination(s), "

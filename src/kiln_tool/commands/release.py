@@ -1,12 +1,13 @@
 """kiln release DIST SITE --base-url URL (--published URL | --first-release) [--storage FILE --repository R --tag T]
-             [--sign-key KEY | --sign-keyless]
+             [--sign-key KEY | --sign-keyless] [--sdist PATH ...]
 
 Records the torch ABIs the wheels need, audits them with the release rules, fetches the published
 site's manifest into SITE (and any wheel it still keeps in the site folder, checked by sha256), uploads
 the new wheels to the storage data/storage.json names (default: the assets of the release of --tag),
 reads each back by the storage's digest, and only then lists them in SITE; with a signer, SITE then gets the
-next signed release manifest, chained to the published one (docs/verifying.md). release.yml runs exactly this;
-`kiln release-rehearsal` runs it here against a site served on 127.0.0.1.
+next signed release manifest, chained to the published one (docs/verifying.md). --sdist publishes the project's
+sdist (`kiln sdist`) beside the wheels: stored, listed on source/index.html and signed like them.
+release.yml runs exactly this; `kiln release-rehearsal` runs it here against a site served on 127.0.0.1.
 exit codes: 0 released, 1 refused (audit, a published name with other bytes, a published file
 that does not match its manifest), 2 unusable input.
 """
@@ -35,6 +36,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repository", default=None, metavar="OWNER/NAME",
                         help="github-release storage: the repository (default: $GITHUB_REPOSITORY)")
     parser.add_argument("--tag", default=None, help="github-release storage: the release's tag (default: $TAG)")
+    parser.add_argument("--sdist", action="append", type=Path, default=[], metavar="PATH",
+                        help="publish this sdist (kiln sdist's build/sdist/<name>-<version>.tar.gz: unlabelled, one "
+                             "per version, this project's) beside the wheels; repeatable")
     sign = parser.add_mutually_exclusive_group()
     sign.add_argument("--sign-key", type=Path, default=None, metavar="KEY",
                       help="sign the release manifest with this OpenSSH private key (ssh-keygen -Y sign; users "
@@ -61,7 +65,7 @@ def execute(args: argparse.Namespace) -> int:
     try:
         result = run_release(args.dist, args.site, args.base_url, args.published or args.base_url,
                              first_release=args.first_release, storage_config=args.storage,
-                             repository=args.repository, tag=args.tag, signer=signer)
+                             repository=args.repository, tag=args.tag, signer=signer, sdists=args.sdist)
     except ReleaseError as exc:
         print(f"kiln release: {exc}", file=sys.stderr)
         return exc.exit_code

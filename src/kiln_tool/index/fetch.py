@@ -199,8 +199,30 @@ def fetch_site(base_url: str, out: Path, *, allow_missing: bool = False, stats: 
             if hashlib.sha256(data).hexdigest() != digest:
                 raise FetchError(f"{url}: sha256 differs from the manifest")
             (wheel_dir / rel).write_bytes(data)
+    _fetch_sdists(base, out, manifest, stats, deadline_s)
     (out / MANIFEST).write_bytes(raw)
     return len(entries)
+
+
+def _fetch_sdists(base: str, out: Path, manifest: Manifest, stats: dict[str, int], deadline_s: float) -> None:
+    """The sdists the manifest lists in the site folder (sdist/NAME), each checked by size and sha256."""
+    from .sdists import SDIST_DIR
+
+    for entry in sorted(manifest.sdists.values(), key=lambda s: s.filename):
+        if entry.url is not None:
+            continue
+        url = f"{base}{SDIST_DIR}/{entry.filename}"
+        try:
+            data = http_get(url, max_bytes=entry.size, deadline_s=deadline_s, what="a published sdist").body
+        except FetchFailure as exc:
+            if exc.status == 404:
+                raise FetchError(f"{url}: HTTP 404; the published site does not match its manifest") from None
+            raise fetch_error(exc) from None
+        if len(data) != entry.size or hashlib.sha256(data).hexdigest() != entry.sha256:
+            raise FetchError(f"{url}: not the bytes the manifest records (size or sha256 differs)")
+        stats["bytes"] += len(data)
+        (out / SDIST_DIR).mkdir(exist_ok=True)
+        (out / SDIST_DIR / entry.filename).write_bytes(data)
 
 
 def main(argv: list[str] | None = None) -> int:

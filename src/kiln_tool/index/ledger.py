@@ -22,13 +22,17 @@ from .storage import GitHubReleaseStorage, Storage
 
 
 def check_names_free(storage: Storage | None, hashes: Mapping[str, str], site: Path,
-                     published_url: str | None, deadline_s: float | None = None) -> None:
-    """Every wheel of ``hashes`` (name -> sha256) that the fetched manifest in ``site`` does not list must not be
-    held with other bytes by the live site folder (storage None) or by any release of the repository."""
+                     published_url: str | None, deadline_s: float | None = None,
+                     sdists: Mapping[str, str] | None = None) -> None:
+    """Every wheel of ``hashes`` (name -> sha256), and every sdist of ``sdists``, that the fetched manifest in
+    ``site`` does not list must not be held with other bytes by the live site folder (storage None: wheels/NAME,
+    sdist/NAME) or by any release of the repository."""
+    from .sdists import SDIST_DIR
+
     deadline_s = DEADLINE_S if deadline_s is None else deadline_s
     manifest = load_manifest(site)
-    listed = manifest.wheels if manifest is not None else {}
-    new = {name: digest for name, digest in hashes.items() if name not in listed}
+    listed = set(manifest.wheels) | set(manifest.sdists) if manifest is not None else set()
+    new = {name: digest for name, digest in {**hashes, **(sdists or {})}.items() if name not in listed}
     if not new:
         return
     clashes: list[str] = []
@@ -37,7 +41,7 @@ def check_names_free(storage: Storage | None, hashes: Mapping[str, str], site: P
             return
         base = published_url.rstrip("/") + "/"
         for name, digest in sorted(new.items()):
-            url = f"{base}wheels/{name}"
+            url = f"{base}{SDIST_DIR if name.endswith('.tar.gz') else 'wheels'}/{name}"
             try:
                 answer = http_get(url, max_bytes=1 << 34, deadline_s=deadline_s, what="a published name",
                                   ok_status=frozenset({404}))

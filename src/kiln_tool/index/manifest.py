@@ -13,7 +13,7 @@ import json
 import os
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any, cast
@@ -23,6 +23,7 @@ from .. import kiln_wheel
 from .combos import Combination
 from .errors import IndexInputError
 from .identity import Identities
+from .sdists import PublishedSdist, version_key
 from .wheels import WheelInfo
 
 MANIFEST_NAME = "kiln-index.json"
@@ -180,10 +181,14 @@ def _check_url_base(url: str) -> str:
 class Manifest:
     base_url: str | None
     wheels: dict[str, PublishedWheel]
+    sdists: dict[str, PublishedSdist] = field(default_factory=dict)
+    """The source fallback (index/sdists.py): at most one per version; the key is absent while there are none."""
 
     def to_json(self) -> str:
         """One wheel a line: readable, diffable, and fast to write (json's C encoder needs no indent)."""
-        head = {"schema": MANIFEST_SCHEMA, "generator": "kiln index", "base_url": self.base_url}
+        head: dict[str, Any] = {"schema": MANIFEST_SCHEMA, "generator": "kiln index", "base_url": self.base_url}
+        if self.sdists:
+            head["sdists"] = [self.sdists[name].to_json() for name in sorted(self.sdists)]
         lines = [json.dumps(head, sort_keys=True)[:-1] + ', "wheels": [']
         entries = [json.dumps(self.wheels[name].to_json(), sort_keys=True) for name in sorted(self.wheels)]
         lines.append(",\n".join(entries))
@@ -280,7 +285,7 @@ def parse_manifest(raw: bytes, where: str) -> Manifest:
         known = _parse_manifest(raw, where)
         _LAST_READ.clear()
         _LAST_READ[digest] = known
-    return Manifest(base_url=known.base_url, wheels=dict(known.wheels))
+    return Manifest(base_url=known.base_url, wheels=dict(known.wheels), sdists=dict(known.sdists))
 
 
 def _parse_manifest(raw: bytes, where: str) -> Manifest:
@@ -316,4 +321,20 @@ def _parse_manifest(raw: bytes, where: str) -> Manifest:
             raise IndexInputError(f"{where}: {wheel.filename} and {twin} name one distribution; refusing to merge")
         identities.add(wheel.filename, wheel.sha256)
         wheels[wheel.filename] = wheel
-    return Manifest(base_url=doc["base_url"], wheels=wheels)
+    sdists = read_sdists(doc.get("sdists", []), where, served[0])
+    return Manifest(base_url=doc["base_url"], wheels=wheels, sdists=sdists)
+
+
+def read_sdists(entries: list[dict[str, Any]], where: str, project: str) -> dict[str, PublishedSdist]:
+    """The manifest's sdists, each checked as a new one is (index/sdists.py); never two of one version."""
+    sdists: dict[str, PublishedSdist] = {}
+    versions: dict[object, str] = {}
+    for entry in entries:
+        sdist = PublishedSdist.from_json(entry, where, project)
+        twin = versions.get(version_key(sdist.version))
+        if twin is not None:
+            raise IndexInputError(f"{where}: {sdist.filename} and {twin}: two sdists of version {sdist.version}; "
+                                  "refusing to merge")
+        versions[version_key(sdist.version)] = sdist.filename
+        sdists[sdist.filename] = sdist
+    return sdists

@@ -31,7 +31,7 @@ import json
 import os
 import stat
 import struct
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,6 +53,7 @@ from .manifest import (
     load_manifest,
     parse_manifest,
 )
+from .sdists import SDIST_DIR, SOURCE_PAGE, PublishedSdist, inspect_sdist, version_key
 from .storage import Storage, Upload, check_listed, plan_uploads, upload_all
 from .wheels import ParsedName, WheelInfo, check_wheel_name, file_sha256, inspect_wheel
 
@@ -67,6 +68,7 @@ class IndexResult:
     out: Path
     added: list[PublishedWheel] = field(default_factory=list)
     unchanged: list[str] = field(default_factory=list)
+    added_sdists: list[PublishedSdist] = field(default_factory=list)
     combos: list[Combination] = field(default_factory=list)
     total: int = 0
 
@@ -175,7 +177,8 @@ def check_apart(dist: Path, out: Path) -> None:
 def build_index(dist: Path, out: Path, base_url: str | None = None, *, audit: Auditor | None = kiln_audit,
                 catalog: TorchCatalog | None = None, log: Callable[[str], None] | None = None,
                 verify_published: bool = True, storage: Storage | None = None,
-                render_all: bool = False, audited: Mapping[str, str] | None = None) -> IndexResult:
+                render_all: bool = False, audited: Mapping[str, str] | None = None,
+                sdists: Sequence[Path] = ()) -> IndexResult:
     """Index every wheel of ``dist`` into the site at ``out`` (created or merged).
 
     ``audit=None`` lists wheels unaudited: for synthetic wheels (benchmarks), never for a release.
@@ -187,6 +190,8 @@ def build_index(dist: Path, out: Path, base_url: str | None = None, *, audit: Au
     manifest and no page, and is deployed whole).
     ``audited``: wheel name -> the sha256 of the bytes a caller already audited with its own rules (a release:
     release.py); a new wheel is then listed only with exactly those bytes, and ``audit`` is not run again.
+    ``sdists``: the project's source distributions to publish beside the wheels (index/sdists.py: one per
+    version, unlabelled, of this project; stored where the wheels go, listed on source/index.html).
     """
     say = log or (lambda _msg: None)
     base_url = normalize_base_url(base_url)
@@ -211,7 +216,7 @@ def build_index(dist: Path, out: Path, base_url: str | None = None, *, audit: Au
         pending = load_pending(out) if in_place else None
         if pending is not None:
             manifest = _roll_forward(out, manifest, pending, say)
-        if not paths and not name_problems and not manifest.wheels:
+        if not paths and not name_problems and not manifest.wheels and not sdists:
             raise IndexInputError(f"{dist} has no wheels and {out} has no index: nothing to publish")
         _check_published_files(out, manifest, verify_published)
         _check_stored(manifest, storage, say)
@@ -223,15 +228,23 @@ def build_index(dist: Path, out: Path, base_url: str | None = None, *, audit: Au
             wheel_dir = tmp / render.WHEEL_DIR
             _mkdir(wheel_dir)
             to_add, unchanged = _stage_new(dist, paths, out, manifest, wheel_dir, name_problems)
+            sdist_dir = tmp / SDIST_DIR
+            new_sdists, same_sdists = _stage_sdists(sdists, manifest, sdist_dir, out)
+            unchanged += same_sdists
+            if not to_add and not unchanged and not manifest.wheels:
+                raise IndexInputError(f"{dist} has no wheels and {out} has no index: an sdist is published beside "
+                                      "wheels, never alone")
             if audited is not None:
-                unaudited = [w.filename for w in to_add if audited.get(w.filename) != w.sha256]
+                pairs = [(w.filename, w.sha256) for w in to_add] + [(d.filename, d.sha256) for d in new_sdists]
+                unaudited = [name for name, sha256 in pairs if audited.get(name) != sha256]
                 if unaudited:
                     raise IndexInputError("refusing: not the bytes that were audited: " + ", ".join(unaudited))
             elif audit is not None and to_add:
                 # The audit reads the very copies that get published, not DIST's files.
                 _audit_all(audit, [(wheel_dir / w.filename, dist / w.filename) for w in to_add], say)
 
-            stored = _store(storage, to_add, wheel_dir, say) if storage is not None and to_add else {}
+            stored = _store(storage, to_add, wheel_dir, say, new_sdists, sdist_dir) \
+                if storage is not None and (to_add or new_sdists) else {}
             published = {
                 name: entry.with_combos(combinations_for(entry.abi_mode, entry.cuda_tag, entry.torch_major_minor,
                                                          entry.torch_requirement, catalog))
@@ -244,24 +257,37 @@ def build_index(dist: Path, out: Path, base_url: str | None = None, *, audit: Au
                 url, stored_at, metadata_beside = stored.get(wheel.filename, (None, None, True))
                 published[wheel.filename] = PublishedWheel.from_wheel(wheel, combos, url, stored_at, metadata_beside)
                 added.append(published[wheel.filename])
-            new_manifest = Manifest(base_url=base_url or manifest.base_url, wheels=published)
-            _accepted_by_next_run(new_manifest, [w.filename for w in to_add])
+            published_sdists = dict(manifest.sdists)
+            for sdist in new_sdists:
+                url, stored_at, _beside = stored.get(sdist.filename, (None, None, False))
+                published_sdists[sdist.filename] = PublishedSdist(
+                    filename=sdist.filename, project=sdist.project, version=sdist.version, sha256=sdist.sha256,
+                    size=sdist.size, url=url, stored_at=stored_at)
+            new_manifest = Manifest(base_url=base_url or manifest.base_url, wheels=published, sdists=published_sdists)
+            _accepted_by_next_run(new_manifest, [w.filename for w in to_add], [s.filename for s in new_sdists])
             pythons = set(catalog.pythons) | {python_support(w.python_tag)[0] for w in published.values()}
             if in_place and not render_all and pending is None and \
                     not os.path.lexists(os.path.join(out, PENDING_MARKER)):
                 changed = [w for name, w in published.items() if manifest.wheels.get(name) is not w]
-                pages = _render_site(new_manifest, sorted(pythons), catalog, _pages_of(changed, manifest))
+                only = _pages_of(changed, manifest) | ({SOURCE_PAGE} if new_sdists else set())
+                pages = _render_site(new_manifest, sorted(pythons), catalog, only)
             else:
                 pages = _render_site(new_manifest, sorted(pythons), catalog, None)
             in_site = [w.filename for w in to_add if w.filename not in stored]
+            sdists_in_site = [s.filename for s in new_sdists if s.filename not in stored]
             if stored:  # the staged copies of stored wheels are not part of the site
                 for name in stored:
-                    os.unlink(os.path.join(wheel_dir, name))
-                    os.unlink(os.path.join(wheel_dir, f"{name}.metadata"))
+                    if name.endswith(".whl"):
+                        os.unlink(os.path.join(wheel_dir, name))
+                        os.unlink(os.path.join(wheel_dir, f"{name}.metadata"))
+                    else:
+                        os.unlink(os.path.join(sdist_dir, name))
                 if not in_site and not in_place:
                     os.rmdir(wheel_dir)
+            if os.path.isdir(sdist_dir) and not sdists_in_site:
+                os.rmdir(sdist_dir)
             if in_place:
-                _merge_in_place(tmp, out, in_site, pages)
+                _merge_in_place(tmp, out, in_site, pages, sdists_in_site)
             else:
                 for rel, text in pages.items():
                     _write_inside(tmp, rel, text)
@@ -276,23 +302,27 @@ def build_index(dist: Path, out: Path, base_url: str | None = None, *, audit: Au
             raise
         staging.remove()
 
-    result = IndexResult(out=out, added=added, unchanged=unchanged, total=len(published))
+    result = IndexResult(out=out, added=added, unchanged=unchanged, total=len(published),
+                         added_sdists=[new_manifest.sdists[s.filename] for s in new_sdists])
     result.combos = sorted({c for w in published.values() for c in w.combos}, key=lambda c: c.sort_key)
     return result
 
 
-def _accepted_by_next_run(manifest: Manifest, new: list[str]) -> None:
+def _accepted_by_next_run(manifest: Manifest, new: list[str], new_sdists: Sequence[str] = ()) -> None:
     """What this run is about to write, read back by the reader every later run uses (schema, then meaning:
     manifest.parse_manifest's checks, on the top level and on each new entry; the published entries were
     read by that very reader at the start of this run): an input is accepted only if the site it produces
     is accepted by the next run."""
     doc = {"schema": MANIFEST_SCHEMA, "generator": "kiln index", "base_url": manifest.base_url,
            "wheels": [manifest.wheels[name].to_json() for name in new]}
+    if manifest.sdists:  # every sdist: the reader checks them against each other (one per version)
+        doc["sdists"] = [manifest.sdists[name].to_json() for name in sorted(manifest.sdists)]
     try:
         again = parse_manifest(json.dumps(doc).encode("utf-8"), MANIFEST_NAME)
     except IndexInputError as exc:
         raise IndexInputError(f"refusing: the next run would refuse the site this run would write: {exc}") from None
-    if any(again.wheels[name] != manifest.wheels[name] for name in new) or again.base_url != manifest.base_url:
+    if any(again.wheels[name] != manifest.wheels[name] for name in new) or again.base_url != manifest.base_url or \
+            any(again.sdists.get(name) != manifest.sdists[name] for name in new_sdists):
         raise IndexInputError("refusing: the manifest this run would write does not read back as written")
 
 
@@ -327,10 +357,16 @@ def _roll_forward(out: Path, manifest: Manifest, pending: Manifest, say: Callabl
         if entry.url is not None or (os.path.lexists(path) and os.path.lexists(f"{path}.metadata")):
             wheels[name] = entry
             finished.append(name)
-    if finished:
-        say(f"finishing a merge that was cut short: {', '.join(sorted(finished))}")
-    merged = Manifest(base_url=manifest.base_url or pending.base_url, wheels=wheels)
-    _accepted_by_next_run(merged, finished)
+    sdists = dict(manifest.sdists)
+    finished_sdists = []
+    for name, sdist in pending.sdists.items():
+        if name not in sdists and (sdist.url is not None or os.path.lexists(os.path.join(out, SDIST_DIR, name))):
+            sdists[name] = sdist
+            finished_sdists.append(name)
+    if finished or finished_sdists:
+        say(f"finishing a merge that was cut short: {', '.join(sorted(finished + finished_sdists))}")
+    merged = Manifest(base_url=manifest.base_url or pending.base_url, wheels=wheels, sdists=sdists)
+    _accepted_by_next_run(merged, finished, finished_sdists)
     return merged
 
 
@@ -392,7 +428,8 @@ class MergeCutShortError(KilnIndexError):
     exit_code = 2
 
 
-def _merge_in_place(tmp: Path, out: Path, new_wheels: list[str], pages: dict[str, str]) -> None:
+def _merge_in_place(tmp: Path, out: Path, new_wheels: list[str], pages: dict[str, str],
+                    new_sdists: Sequence[str] = ()) -> None:
     """Commit a merge: every byte is staged (inside OUT: one file system) before the site changes; then the
     journal (.kiln-merge-pending: the manifest being written), the new wheels, each changed page, the
     manifest last, and the journal goes. From the first rename on, renames are all that is left, and an
@@ -413,6 +450,9 @@ def _merge_in_place(tmp: Path, out: Path, new_wheels: list[str], pages: dict[str
     for name in new_wheels:
         for rel in (f"{render.WHEEL_DIR}/{name}.metadata", f"{render.WHEEL_DIR}/{name}"):
             moves.append((os.path.join(tmp, rel), inside(out, rel)))
+    for name in new_sdists:
+        rel = f"{SDIST_DIR}/{name}"
+        moves.append((os.path.join(tmp, rel), inside(out, rel)))
     marker = inside(out, PENDING_MARKER)
     if not moves and not changed:
         if os.path.lexists(marker):
@@ -621,6 +661,72 @@ def _stage_new(dist: Path, paths: list[tuple[Path, ParsedName]], out: Path, mani
     return to_add, unchanged
 
 
+def _stage_sdists(sdists: Sequence[Path], manifest: Manifest, sdist_dir: Path,
+                  out: Path) -> tuple[list[PublishedSdist], list[str]]:
+    """Copy each given sdist once into the staging folder (hashed while copied), check the copy, and hold it
+    to the published ones: one sdist per version, never other bytes under a published name. Returns the new
+    sdists and the names published before with the same bytes. IndexInputError (every bad file) before
+    IndexConflictError (every clash)."""
+    from ..kiln_wheel import served
+
+    if not sdists:
+        return [], []
+    project = served()[0]
+    problems: list[str] = []
+    clashes: list[str] = []
+    new: list[PublishedSdist] = []
+    unchanged: list[str] = []
+    versions = {version_key(s.version): s for s in manifest.sdists.values()}
+    given: dict[str, Path] = {}
+    _mkdir(sdist_dir)
+    for path in sdists:
+        name = path.name
+        given.setdefault(name, path)
+        try:
+            fd = open_regular(path)
+        except IndexInputError as exc:
+            problems.append(f"--sdist {path}: {exc}")
+            continue
+        staged = sdist_dir / name
+        if os.path.lexists(staged):  # another path with this file name
+            os.close(fd)
+            problems.append(f"{name}: given twice (as {given[name]} and {path})")
+            continue
+        with os.fdopen(fd, "rb") as fh:
+            sha256, size = copy_hashed(fh, staged)
+        try:
+            sdist = inspect_sdist(name, staged, sha256, size, project)
+        except IndexInputError as exc:
+            problems.append(str(exc))
+            continue
+        published = versions.get(version_key(sdist.version))
+        if published is not None:
+            if published.filename == name and published.sha256 == sha256:
+                unchanged.append(name)
+                staged.unlink()
+            elif published.filename == name:
+                clashes.append(f"{name}: published with sha256 {published.sha256}, this one is {sha256}")
+            else:
+                clashes.append(f"{name}: version {sdist.version} already has its sdist, {published.filename}")
+            continue
+        twin = next((s for s in new if version_key(s.version) == version_key(sdist.version)), None)
+        if twin is not None:
+            problems.append(f"{name} and {twin.filename}: two sdists of version {sdist.version}; one per version")
+            continue
+        stray = os.path.join(out, SDIST_DIR, name)
+        if os.path.lexists(stray) and file_sha256(Path(stray))[0] != sha256:
+            clashes.append(f"{name}: {stray} already holds other bytes")
+            continue
+        new.append(sdist)
+    if problems:
+        raise IndexInputError(f"unusable sdist: {problems[0]}" if len(problems) == 1 else
+                              f"{len(problems)} unusable sdists:\n  " + "\n  ".join(problems))
+    if clashes:
+        raise IndexConflictError("refusing to publish: a published sdist is never replaced, and a version has one "
+                                 "sdist (bump the version instead):\n  " + "\n  ".join(clashes))
+    return new, unchanged
+
+
 def _make_parents(directory: Path) -> list[Path]:
     """mkdir -p that returns what it created, so a refusal can remove it again."""
     missing = []
@@ -673,6 +779,20 @@ def _check_published_files(out: Path, manifest: Manifest, verify: bool = True) -
                 if digest != expected:
                     altered.append(f"{target} (sha256 {digest}, published with {expected})")
 
+    for sdist in manifest.sdists.values():
+        if sdist.url is None:
+            target = os.path.join(out, SDIST_DIR, sdist.filename)
+            try:
+                st = os.lstat(target)
+            except OSError:
+                missing.append(f"{target} (missing)")
+                continue
+            if not stat.S_ISREG(st.st_mode):
+                altered.append(f"{target} (not a regular file: a link or a folder, not the published file)")
+            elif st.st_size != sdist.size:
+                altered.append(f"{target} ({st.st_size} bytes, published with {sdist.size})")
+            elif verify and file_sha256(Path(target))[0] != sdist.sha256:
+                altered.append(f"{target} (sha256 differs from the published {sdist.sha256})")
     entries = [w for w in manifest.wheels.values() if w.url is None]  # stored ones: _check_stored
     if verify and len(entries) > 64:
         with ThreadPoolExecutor(max_workers=4, thread_name_prefix="kiln-index-verify") as pool:
@@ -699,6 +819,8 @@ def _check_stored(manifest: Manifest, storage: Storage | None, say: Callable[[st
     verification (tools/verify_published.py), not by every release."""
     entries = [(w.filename, w.stored_at or "", w.size, w.sha256, w.metadata_beside, w.metadata_sha256)
                for w in manifest.wheels.values() if w.url is not None]
+    entries += [(s.filename, s.stored_at or "", s.size, s.sha256, False, "")
+                for s in manifest.sdists.values() if s.url is not None]
     if not entries:
         return
     if storage is None:
@@ -712,8 +834,8 @@ def _check_stored(manifest: Manifest, storage: Storage | None, say: Callable[[st
     say("; ".join(said))
 
 
-def _store(storage: Storage, wheels: list[WheelInfo], wheel_dir: Path,
-           say: Callable[[str], None]) -> dict[str, tuple[str, str, bool]]:
+def _store(storage: Storage, wheels: list[WheelInfo], wheel_dir: Path, say: Callable[[str], None],
+           sdists: Sequence[PublishedSdist] = (), sdist_dir: Path | None = None) -> dict[str, tuple[str, str, bool]]:
     """Upload the new wheels (and their METADATA where the storage serves it) before anything lists them;
     an earlier run's uploads with the same bytes are adopted, other bytes refused (before any upload)."""
     items = []
@@ -722,12 +844,16 @@ def _store(storage: Storage, wheels: list[WheelInfo], wheel_dir: Path,
             items.append(Upload(f"{wheel.filename}.metadata", wheel_dir / f"{wheel.filename}.metadata",
                                 wheel.metadata_sha256, len(wheel.metadata)))
         items.append(Upload(wheel.filename, wheel_dir / wheel.filename, wheel.sha256, wheel.size))
+    for sdist in sdists:
+        items.append(Upload(sdist.filename, (sdist_dir or wheel_dir) / sdist.filename, sdist.sha256, sdist.size))
     new, adopted = plan_uploads(storage, items)
     for name in adopted:
         say(f"adopted {name}: {storage.where()} already holds it with the same bytes (an earlier run's upload)")
     upload_all(storage, new, say)
-    return {w.filename: (storage.url(w.filename), storage.stored_at(w.filename), storage.serves_metadata)
+    done = {w.filename: (storage.url(w.filename), storage.stored_at(w.filename), storage.serves_metadata)
             for w in wheels}
+    done.update({s.filename: (storage.url(s.filename), storage.stored_at(s.filename), False) for s in sdists})
+    return done
 
 
 def _render_site(manifest: Manifest, pythons: list[str], catalog: TorchCatalog,
@@ -759,6 +885,8 @@ def _render_site(manifest: Manifest, pythons: list[str], catalog: TorchCatalog,
         render.Site(project=min(by_project), base_url=manifest.base_url, combos=by_combo, pythons=pythons,
                     torch_pythons=dict(catalog.torch_pythons), torch_index=catalog.torch_index)
     )
+    if manifest.sdists and wanted(SOURCE_PAGE):
+        pages[SOURCE_PAGE] = render.source_page(min(by_project), list(manifest.sdists.values()))
     pages[MANIFEST_NAME] = manifest.to_json()
     pages[".nojekyll"] = ""  # GitHub Pages: serve every file as it is
     return pages

@@ -19,6 +19,7 @@ from urllib.parse import quote
 
 from .combos import Combination, cuda_label, python_support
 from .manifest import PublishedWheel
+from .sdists import SDIST_DIR, PublishedSdist
 
 WHEEL_DIR = "wheels"
 SIMPLE_DIR = "simple"
@@ -71,6 +72,24 @@ def find_links_page(combo: Combination, wheels: Iterable[PublishedWheel]) -> str
 def flat_page(combo: Combination, wheels: Iterable[PublishedWheel]) -> str:
     """``torch-<minor>.0+<cuda>.html`` at the site root, the data.pyg.org layout."""
     return _links_page(f"Wheels for torch-{combo.torch}.0+{combo.cuda}", f"{WHEEL_DIR}/", wheels)
+
+
+def source_page(project: str, sdists: Iterable[PublishedSdist]) -> str:
+    """``source/index.html``: the project's sdists alone, for ``pip install <project> --no-binary <project>
+    --no-build-isolation -f <this page>`` on a torch no wheel page has. Wheel pages never list an sdist: pip
+    would build one behind a user's back wherever no wheel fits."""
+    links = []
+    for sdist in sorted(sdists, key=lambda s: s.filename):
+        where = sdist.url if sdist.url is not None else f"../{SDIST_DIR}/{quote(sdist.filename, safe='')}"
+        links.append(f'  <a href="{_e(where)}#sha256={sdist.sha256}">{_e(sdist.filename)}</a><br>')
+    title = f"Source distributions of {project} (build against the torch you have)"
+    return (
+        "<!DOCTYPE html>\n<html>\n<head>\n  <meta charset=\"utf-8\">\n"
+        f"  <title>{_e(title)}</title>\n</head>\n<body>\n  <h1>{_e(title)}</h1>\n"
+        f"  <p>pip install {_e(project)} --no-binary {_e(project)} --no-build-isolation -f &lt;this page&gt; "
+        "(needs torch installed first, a C++ compiler, and nvcc for a CUDA torch)</p>\n"
+        + "\n".join(links) + "\n</body>\n</html>\n"
+    )
 
 
 def simple_root(projects: Iterable[str]) -> str:

@@ -28,6 +28,7 @@ from .errors import KilnIndexError
 from .fetch import DEADLINE_S
 from .http_fetch import FetchFailure, http_get
 from .manifest import MANIFEST_NAME, Manifest, PublishedWheel, parse_manifest
+from .sdists import SDIST_DIR, PublishedSdist
 from .storage import Storage, Stored, load_config, open_storage
 
 MAX_OBJECT_BYTES = 1 << 34  # past any wheel the archive limits allow (safezip.max_archive_bytes)
@@ -44,8 +45,10 @@ def _get(url: str) -> bytes | None:
     return None if answer.status == 404 else answer.body
 
 
-def _files(pages: str, wheel: PublishedWheel) -> list[tuple[str, str, str]]:
-    """(object name, URL, sha256) of the wheel and, where it is served, its METADATA."""
+def _files(pages: str, wheel: PublishedWheel | PublishedSdist) -> list[tuple[str, str, str]]:
+    """(object name, URL, sha256) of the wheel and, where it is served, its METADATA; or of an sdist."""
+    if isinstance(wheel, PublishedSdist):
+        return [(wheel.filename, wheel.url or f"{pages}{SDIST_DIR}/{quote(wheel.filename, safe='')}", wheel.sha256)]
     url = wheel.url or f"{pages}wheels/{quote(wheel.filename, safe='')}"
     files = [(wheel.filename, url, wheel.sha256)]
     if wheel.metadata_beside:
@@ -59,7 +62,8 @@ def verify(pages: str, manifest: Manifest, storage: Storage | None, download: bo
     problems: list[str] = []
     listings: dict[str, dict[str, Stored] | None] = {}
     checked = 0
-    for wheel in sorted(manifest.wheels.values(), key=lambda w: w.filename):
+    listed: list[PublishedWheel | PublishedSdist] = [*manifest.wheels.values(), *manifest.sdists.values()]
+    for wheel in sorted(listed, key=lambda w: w.filename):
         for name, url, sha256 in _files(pages, wheel):
             reported: str | None = None
             where = wheel.stored_at or "the site folder"

@@ -1,7 +1,7 @@
 """A release signs what it publishes (docs/verifying.md).
 
 After `kiln index` has rendered the release's SITE, :func:`sign_release` writes the next release manifest
-(kiln_tool.guard.signed: every page, kiln-index.json, every wheel and METADATA wherever it is stored, chained
+(kiln_tool.guard.signed: every page, kiln-index.json, every wheel, METADATA and sdist wherever it is stored, chained
 to the manifest before it by sha256), signs it and carries the published chain forward, so SITE, deployed
 whole, serves every release manifest ever signed. Signers:
 
@@ -176,7 +176,7 @@ def _site_files(site: Path, known: dict[str, str | None]) -> list[FileEntry]:
             raise SigningError(f"{path}: not a regular file; refusing to sign it")
         data = path.read_bytes()
         kind = "manifest" if rel == "kiln-index.json" else "wheel" if rel.endswith(".whl") else \
-            "metadata" if rel.endswith(".whl.metadata") else "page"
+            "metadata" if rel.endswith(".whl.metadata") else "sdist" if rel.endswith(".tar.gz") else "page"
         sha256 = hashlib.sha256(data).hexdigest()
         content = None
         if kind == "wheel":
@@ -206,6 +206,8 @@ def release_files(site: Path, snapshot: Path | None, previous: Chain | None) -> 
         if wheel.metadata_beside:
             files.append(FileEntry(f"{wheel.url}.metadata", "metadata", wheel.metadata_sha256,
                                    _metadata_size(local)))
+    files += [FileEntry(sdist.url, "sdist", sdist.sha256, sdist.size) for sdist in manifest.sdists.values()
+              if sdist.url is not None]
     return files
 
 
