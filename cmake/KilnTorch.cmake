@@ -34,6 +34,15 @@ macro(kiln_configure)
       message(FATAL_ERROR "kiln: no C++ compiler found (CXX unset; no c++, g++ or clang++ on PATH): install one "
                           "(apt-get install g++ | dnf install gcc-c++ | conda install gxx) or set CXX")
     endif()
+  elseif(NOT CMAKE_CXX_COMPILER)
+    # CXX may carry flags after the compiler ("g++ -m64"), as project() reads it.
+    separate_arguments(_kiln_cxx_words UNIX_COMMAND "$ENV{CXX}")
+    list(GET _kiln_cxx_words 0 _kiln_cxx)
+    find_program(KILN_FOUND_ENV_CXX NAMES "${_kiln_cxx}" NO_CACHE)
+    if(NOT KILN_FOUND_ENV_CXX)
+      message(FATAL_ERROR "kiln: CXX=$ENV{CXX} names no compiler on this machine: install one (apt-get install "
+                          "g++ | dnf install gcc-c++ | conda install gxx) and point CXX at it, or unset CXX")
+    endif()
   endif()
   if(NOT KILN_PROJECT_DIR)
     set(KILN_PROJECT_DIR "${CMAKE_SOURCE_DIR}")

@@ -7,7 +7,9 @@ label cannot come from an index-named sdist.
 ringops (kiln's CMake build; its matrix builds torch 2.13 CPU locally) is built from its sdist into a user's venv
 holding torch 2.14.1 cu130 (the cu130 build venv's, through a .pth: support.venvs.make_venv) and torch-kiln, with
 nvcc 13.0 from this machine. Cost: the sdist a few seconds; the install from it (a CUDA compile of one .cu through
-nvcc) 29 s at load 1.5, printed by `timed`; the module 56 s with the tool venv.
+nvcc) 29 s at load 1.5, printed by `timed`; the module 56 s with the tool venv. A missing
+compiler (CXX unset, CXX naming none) and a CUDA torch without nvcc fail at cmake's configure, before anything
+compiles: 1-5 s each.
 """
 
 from __future__ import annotations
@@ -134,3 +136,72 @@ def test_a_missing_compiler_is_one_message_saying_what_to_install(tmp_path: Path
     assert proc.returncode != 0, out
     assert "kiln: no C++ compiler found" in out and "apt-get install g++" in out, out
     assert "CMAKE_CXX_COMPILER" not in out, out
+
+
+def _configure(source: Path, build: Path, env: dict[str, str], *defines: str) -> str:
+    """cmake's configure of ``source`` as a build from the sdist runs it (scikit-build-core calls it the same way),
+    its output on one line."""
+    import shutil
+    import subprocess
+
+    from adopters.adopting import REPO
+
+    cmake = shutil.which("cmake", path=str(REPO / ".venv" / "bin")) or shutil.which("cmake")
+    if cmake is None:
+        pytest.skip("no cmake")
+    env = {**env, "PATH": f"{Path(cmake).parent}:{env.get('PATH', '/usr/bin:/bin')}"}
+    proc = subprocess.run([cmake, "-S", str(source), "-B", str(build), "-G", "Ninja", f"-DKiln_DIR={REPO / 'cmake'}",
+                           *defines], env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode != 0, proc.stdout + proc.stderr
+    return " ".join((proc.stdout + proc.stderr).split())
+
+
+def test_cxx_naming_no_compiler_is_one_message_saying_what_to_install(tmp_path: Path) -> None:
+    """CXX set to a compiler this machine lacks: kiln_configure() says so before project(), not CMake's page."""
+    (tmp_path / "CMakeLists.txt").write_text("cmake_minimum_required(VERSION 3.26)\n"
+                                             "find_package(Kiln CONFIG REQUIRED)\nkiln_configure()\n"
+                                             "project(nocxx LANGUAGES ${KILN_LANGUAGES})\n")
+    for cxx in ("/nowhere/g++", "no-such-c++ -m64"):
+        out = _configure(tmp_path, tmp_path / "build", {"HOME": str(tmp_path), "PATH": "/usr/bin:/bin", "CXX": cxx})
+        assert f"kiln: CXX={cxx} names no compiler on this machine: install one (apt-get install g++" in out, out
+        assert "CMAKE_CXX_COMPILER" not in out and "Could not find the compiler" not in out, out
+
+
+def test_a_cuda_torch_without_nvcc_is_one_message_saying_what_to_install(tmp_path: Path) -> None:
+    """ringops's sdist configured against torch 2.14.1 cu130 on a machine without the CUDA toolkit: nvcc off PATH,
+    no CUDA_HOME, and this machine's toolkit folder hidden by an empty folder mounted over it in a private mount
+    namespace (unshare -m: the STAND-IN for a machine that never had it). One message: what to install."""
+    import os
+    import shutil
+    import subprocess
+
+    from support.venvs import CU130_VENV, skip_without_cu130
+
+    skip_without_cu130()
+    if shutil.which("unshare") is None or subprocess.run(["unshare", "-m", "true"], capture_output=True,
+                                                          check=False).returncode != 0:
+        pytest.skip("unshare -m is not permitted here: the CUDA toolkit cannot be hidden")
+    source = tmp_path / "ringops"
+    shutil.copytree(Path(__file__).parent / "projects" / "ringops", source)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    toolkits = sorted({os.path.realpath(p) for p in ("/usr/local/cuda",) if os.path.isdir(p)})
+    mounts = "".join(f"mount --bind {empty} {shlex_quote(t)} && " for t in toolkits)
+    cmake = shutil.which("cmake", path=str(Path(__file__).parents[2] / ".venv" / "bin")) or "cmake"
+    script = (f"{mounts}exec {shlex_quote(cmake)} -S {source} -B {tmp_path / 'build'} -G Ninja "
+              f"-DKiln_DIR={Path(__file__).parents[2] / 'cmake'} -DPython_EXECUTABLE={CU130_VENV / 'bin' / 'python'}")
+    path = ":".join(p for p in os.environ.get("PATH", "").split(":") if p and not Path(p, "nvcc").exists())
+    env = {"HOME": str(tmp_path), "PATH": f"{Path(cmake).parent}:{path}"}
+    proc = subprocess.run(["unshare", "-m", "bash", "-c", script], env=env, capture_output=True, text=True,
+                          timeout=120, check=False)
+    out = " ".join((proc.stdout + proc.stderr).split())
+    assert proc.returncode != 0, out
+    assert "kiln: a CUDA build was asked for (torch 2.14.1+cu130 uses CUDA 13.0), but no usable nvcc was found" in out
+    assert "Install the CUDA 13.0 toolkit" in out and "KILN_VARIANT=cpu" in out, out
+    assert "CMAKE_CUDA_COMPILER" not in out, out
+
+
+def shlex_quote(text: str) -> str:
+    import shlex
+
+    return shlex.quote(text)

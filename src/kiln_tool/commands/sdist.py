@@ -6,7 +6,7 @@ an sdist (KILN_SDIST=1): the plain version and an unpinned torch. A user whose c
 it finds and keeps the plain version (kiln_tool.build_metadata says why).
 
 Its default folder is build/sdist/, not dist/: `kiln index` and `kiln release` take dist/ as wheels only and refuse
-any other file there; the index does not publish sdists yet.
+any other file there; they publish the sdist given by `--sdist build/sdist/<name>-<version>.tar.gz` (index/sdists.py).
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ class SdistError(RuntimeError):
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dist", type=Path, default=None,
-                        help="output folder (default: build/sdist/; not dist/, which kiln index takes as wheels only)")
+                        help="output folder (default: build/sdist/; not dist/, which kiln index takes as wheels only; "
+                             "kiln index/release --sdist publish it)")
 
 
 def sdist_filename(name: str, version: str) -> str:
