@@ -355,16 +355,18 @@ def _check_pair(length: int, text: str) -> None:
         raise ValueError("opkiln.roi_align: output_size must be an int or a pair (height, width), got " + text)
 
 
-def _check_roi_boxes_shape(boxes: Tensor | list[Tensor]) -> None:
-    # torchvision.ops._utils.check_roi_boxes_shape: the same conditions, errors and messages.
+def _check_roi_boxes_shape(boxes: Tensor | list[Tensor], columns: int = 5) -> None:
+    # torchvision.ops._utils.check_roi_boxes_shape: the same conditions, errors and messages, for rois of
+    # `columns` values a row (torchvision's 5: batch index, x1, y1, x2, y2; a list's boxes lack the batch index).
     if isinstance(boxes, (list, tuple)):
         for tensor in boxes:
-            _assert(tensor.size(1) == 4,
-                    "The shape of the tensor in the boxes list is not correct as List[Tensor[L, 4]]")
+            _assert(tensor.size(1) == columns - 1, "The shape of the tensor in the boxes list is not correct as "
+                    "List[Tensor[L, " + str(columns - 1) + "]]")
     elif isinstance(boxes, Tensor):
-        _assert(boxes.size(1) == 5, "The boxes tensor shape is not correct as Tensor[K, 5]")
+        _assert(boxes.size(1) == columns, "The boxes tensor shape is not correct as Tensor[K, " + str(columns) + "]")
     else:
-        _assert(False, "boxes is expected to be a Tensor[L, 5] or a List[Tensor[K, 4]]")
+        _assert(False, "boxes is expected to be a Tensor[L, " + str(columns) + "] or a List[Tensor[K, " +
+                str(columns - 1) + "]]")
 
 
 def _cat(tensors: list[Tensor]) -> Tensor:
@@ -372,9 +374,10 @@ def _cat(tensors: list[Tensor]) -> Tensor:
     return tensors[0] if len(tensors) == 1 else torch.cat(tensors, dim=0)
 
 
-def _rois(boxes: Tensor | list[Tensor]) -> Tensor:
-    # The [K, 5] rois of torchvision's two box forms, checked as torchvision checks them.
-    _check_roi_boxes_shape(boxes)
+def _rois(boxes: Tensor | list[Tensor], columns: int = 5) -> Tensor:
+    # The [K, columns] rois of torchvision's two box forms (a [K, columns] tensor, or per image a
+    # [L_i, columns - 1] tensor without the batch index), checked as torchvision checks them.
+    _check_roi_boxes_shape(boxes, columns)
     if isinstance(boxes, Tensor):
         return boxes
     return _boxes_to_rois(boxes)
@@ -439,9 +442,11 @@ class RoIAlign(nn.Module):
                 f"sampling_ratio={self.sampling_ratio}, aligned={self.aligned})")
 
 
-def _check_roi_align_args(features: Tensor, rois: Tensor, pooled_height: int, pooled_width: int, op: str) -> None:
-    _check(rois.dim() == 2 and rois.shape[1] == 5,
-           lambda: f"opkiln::{op}: rois must have shape [K, 5] (batch index, x1, y1, x2, y2), got {tuple(rois.shape)}")
+def _check_roi_align_args(features: Tensor, rois: Tensor, pooled_height: int, pooled_width: int, op: str,
+                          columns: int = 5, layout: str = "batch index, x1, y1, x2, y2") -> None:
+    # facade/rois.h's check_rois for the fake impls; columns, layout: the op's box layout (RoiLayout).
+    _check(rois.dim() == 2 and rois.shape[1] == columns,
+           lambda: f"opkiln::{op}: rois must have shape [K, {columns}] ({layout}), got {tuple(rois.shape)}")
     _check(features.dtype == rois.dtype, lambda: f"opkiln::{op}: dtypes differ: {features.dtype} and {rois.dtype}")
     _check(features.dtype in _FLOAT_DTYPES, lambda: f"opkiln::{op}: must be a floating dtype, got {features.dtype}")
     _check(features.device == rois.device,
