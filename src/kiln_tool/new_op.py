@@ -1,4 +1,5 @@
-"""`kiln new-op NAME [--kind KIND] [--schema SCHEMA] [--backward]`: the files of a new op, from the templates in
+"""`kiln new-op NAME [--kind KIND] [--schema SCHEMA] [--backward] [--box-layout LAYOUT] [--box-columns N]
+[--param NAME:TYPE=DEFAULT ...]`: the files of a new op, from the templates in
 kiln_tool/templates/new_op/, shaped by its kind (KINDS) and schema (kiln_tool/op_schema.py; default
 NAME(Tensor x) -> Tensor).
 
@@ -6,7 +7,8 @@ Kinds (KINDS, which `kiln new-op --help` lists): "elementwise" (the default: any
 first tensor's elements, the binding and wrapper in the schema's order), and three that write a member of
 a family on its shared home, the op's files holding only its own math: "rowwise" (a row-wise reduction,
 ops/common/row_reduce.h, schema rowwise_schemas), "roi" (the RoI family, ops/common/roi_family.h and
-facade/roi_family.h, schema roi_schemas, wrapper in torchvision's RoI signature) and "ps-roi" (the
+facade/roi_family.h, schema roi_schemas, wrapper in torchvision's RoI signature; its rois' columns
+(--box-layout, --box-columns: box_layout) and the op's own parameters (--param: op_param) are inputs) and "ps-roi" (the
 position-sensitive RoI family, ops/common/ps_roi.h, schema ps_roi_schemas). A family's schemas come from
 its one function and every parameter list written is generated from them; `disagreements` checks any
 op of a tree (an elementwise op's trimmed --backward too) for places that no longer agree with its schema.
@@ -31,9 +33,13 @@ are written all or none.
 from __future__ import annotations
 
 import ast
+import builtins
+import json
 import keyword
+import math
 import re
-from collections.abc import Iterator
+import textwrap
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from string import Template
@@ -71,7 +77,8 @@ KINDS: dict[str, str] = {
     "rowwise": "a row-wise reduction (normalisation-like) on ops/common/row_reduce.h: the op writes its per-row math "
                "(a sum over the last dim, then each element); schema rowwise_schemas, --backward optional",
     "roi": "a member of the (non-position-sensitive) RoI family on ops/common/roi_family.h: the op writes its "
-           "per-bin math; schema roi_schemas (--schema adds int sampling_ratio, bool aligned, an int32 index output); "
+           "per-bin math; schema roi_schemas (--schema adds int sampling_ratio, bool aligned, an int32 index output; "
+           "--param the op's own parameters); rois of --box-layout's columns (default torchvision's [K, 5]); "
            "torchvision's RoI signature (input, boxes, output_size, spatial_scale, ...); backward always",
     "ps-roi": "a member of the position-sensitive RoI family on ops/common/ps_roi.h: the op writes its per-bin "
               "math; schema ps_roi_schemas (--schema adds int sampling_ratio); torchvision.ops.ps_roi_*'s "
@@ -96,18 +103,20 @@ def ps_roi_schemas(name: str, sampling_ratio: bool) -> tuple[str, str]:
 
 
 # The RoI family's schemas (ops/common/roi_family.h, facade/roi_family.h), in one place: the forward's
-# parameters (the optional ones are RoiFamilyArgs' fields), an int32 index output for an Op::kIndex op,
-# and the backward's parameters derived from them (tests/new_op checks that the family's ops register
-# exactly these, and that the Python registrations agree with them).
+# parameters (the optional ones are RoiFamilyArgs' fields), then the op's own (its Op::Params, "bool
+# clockwise"), an int32 index output for an Op::kIndex op, and the backward's parameters derived from
+# them (tests/new_op checks that the family's ops register exactly these, and that the Python
+# registrations agree with them).
 ROI_EXTRAS = ("int sampling_ratio", "bool aligned")
 
 
 def roi_schemas(name: str, sampling_ratio: bool = False, aligned: bool = False,
-                index: str | None = None) -> tuple[str, str]:
+                index: str | None = None, params: Sequence[str] = ()) -> tuple[str, str]:
     """The forward and backward schemas of the RoI-family member `name`; index: the name of its int32
-    index output (an Op::kIndex op: the element a bin chose), None for none."""
+    index output (an Op::kIndex op: the element a bin chose), None for none; params: the op's own
+    parameters after the family's, as "TYPE NAME" ("bool clockwise")."""
     extras = [p for p, on in zip(ROI_EXTRAS, (sampling_ratio, aligned), strict=True) if on]
-    params = ", ".join([ROI_PARAMS, *extras])
+    params = ", ".join([ROI_PARAMS, *extras, *params])
     backward_params = params.replace("Tensor input, Tensor rois,",
                                      "Tensor grad, Tensor rois," + (f" Tensor {index}," if index else ""))
     return (f"{name}({params}) -> {'(Tensor, Tensor)' if index else 'Tensor'}",
@@ -127,6 +136,208 @@ class Plan:
     new_files: dict[Path, str]
     ops_py: Path
     ops_py_text: str
+
+
+# ---------------------------------------------------------------------------- an RoI op's box layout and own parameters
+# `--box-layout` / `--box-columns` and `--param NAME:TYPE=DEFAULT` (kind roi): what the op's header
+# (Op::kBoxColumns, kBoxLayout, struct Params), its schemas (roi_schemas' params), its binding, wrapper
+# and tests are generated from. Checked where they enter: a bad value is a one-line NewOpError.
+
+# The most columns of a roi row and parameters of an op the scaffold writes (every one is an argument of
+# roi() or a field the drivers copy to the device).
+MAX_BOX_COLUMNS = 16
+MAX_PARAMS = 8
+BOX_LAYOUTS_FILE = TEMPLATES / "box_layouts.json"
+# A column a layout does not give a range for is drawn from this one by the generated test.
+DEFAULT_SAMPLE_RANGE = (-2.0, 18.0)
+# Names the generated code uses beside a column (roi()'s other parameters) or a parameter (the
+# binding's, wrapper's and test's locals and the family's arguments), and macros a GNU-mode compiler
+# defines in lower case.
+_LAYOUT_RESERVED = frozenset({"g", "round", "r", "acc"})
+_CXX_MACROS = frozenset({"linux", "unix", "i386", "assert", "errno", "offsetof", "setjmp", "stdin", "stdout",
+                         "stderr", "va_arg", "va_start", "va_end", "major", "minor"})
+_PARAM_RESERVED = frozenset({"input", "rois", "boxes", "spatial_scale", "pooled_height", "pooled_width",
+                             "output_size", "sampling_ratio", "aligned", "index", "batch", "channels", "height",
+                             "width", "shape", "out", "forward", "backward", "params", "self", "ctx", "grad",
+                             "grad_input", "grad_index", "inputs", "output", "k_names", "torch", "ops", "nn",
+                             "opkiln", "kernels", "facade", "g", "round"})
+PARAM_TYPES = {"bool": "bool", "int": "std::int64_t", "float": "double"}  # schema type -> Params field type
+_INT64 = (-(2 ** 63), 2 ** 63 - 1)
+_FLOAT_TEXT = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
+
+
+@dataclass(frozen=True)
+class BoxLayout:
+    """A roi row of an RoI-family op: its columns' names (column 0 the batch index), one example row
+    and the range the generated test draws each other column from."""
+
+    columns: tuple[str, ...]
+    example: tuple[float, ...]
+    ranges: tuple[tuple[float, float], ...]  # per column after the batch index
+
+    @property
+    def torchvision(self) -> bool:
+        return self.columns == TORCHVISION_COLUMNS
+
+    @property
+    def label(self) -> str:
+        """The columns as the binding's and the fake impls' messages name them (Op::kBoxLayout)."""
+        return ", ".join(["batch index", *self.columns[1:]])
+
+
+def _layout_of(columns: tuple[str, ...], example: Sequence[float] | None = None,
+               samples: dict[str, list[float]] | None = None) -> BoxLayout:
+    ranges = tuple((float(lo), float(hi)) for lo, hi in ((samples or {}).get(c, DEFAULT_SAMPLE_RANGE)
+                                                         for c in columns[1:]))
+    row = tuple(float(v) for v in example) if example is not None else (0.0, *[1.0] * (len(columns) - 1))
+    return BoxLayout(columns, row, ranges)
+
+
+def _named_layouts() -> tuple[dict[str, BoxLayout], dict[str, str]]:
+    """box_layouts.json: name -> its layout, and name -> what --help says of it."""
+    data = json.loads(BOX_LAYOUTS_FILE.read_text())
+    named = {k: v for k, v in data.items() if not k.startswith("_")}
+    return ({k: _layout_of(tuple(v["columns"]), v["example"], v.get("samples")) for k, v in named.items()},
+            {k: str(v["what"]) for k, v in named.items()})
+
+
+NAMED_LAYOUTS, LAYOUT_HELP = _named_layouts()
+TORCHVISION_COLUMNS = NAMED_LAYOUTS["torchvision"].columns
+
+
+def _check_column(name: str) -> None:
+    if not _NAME_RE.fullmatch(name) or len(name) > MAX_NAME_LENGTH:
+        raise NewOpError(f"box column {name!r} is not a snake_case name (lower-case letters and digits, words "
+                         f"joined by single underscores, starting with a letter)")
+    if name in CXX_KEYWORDS or name in _CXX_MACROS or keyword.iskeyword(name) or keyword.issoftkeyword(name):
+        raise NewOpError(f"box column {name!r} is a C++ or Python keyword or a compiler's macro")
+    if name in _LAYOUT_RESERVED:
+        raise NewOpError(f"box column {name!r} is reserved (roi() takes its geometry and rounding by that name)")
+
+
+def box_layout(layout: str | None = None, columns: str | int | None = None) -> BoxLayout:
+    """The box layout `--box-layout LAYOUT --box-columns N` name: LAYOUT a named layout
+    (box_layouts.json: torchvision, rotated) or the row's column names, comma-separated, the first
+    `batch` (the batch index); N alone: N columns named batch, c1, c2, ... (5: torchvision's); both:
+    N must be LAYOUT's count. Neither: torchvision's."""
+    count: int | None = None
+    if columns is not None:
+        text = str(columns).strip()
+        if not re.fullmatch(r"[0-9]{1,3}", text) or not 2 <= int(text) <= MAX_BOX_COLUMNS:
+            raise NewOpError(f"--box-columns {str(columns)!r} is not a number of columns from 2 to "
+                             f"{MAX_BOX_COLUMNS} (the batch index and at least one value)")
+        count = int(text)
+    if layout is None:
+        if count is None or count == len(TORCHVISION_COLUMNS):
+            return NAMED_LAYOUTS["torchvision"]
+        return _layout_of(("batch", *(f"c{i}" for i in range(1, count))))
+    if not isinstance(layout, str) or not layout.isascii() or any(c in layout for c in "\n\r\t\0"):
+        raise NewOpError(f"--box-layout {layout!r} must be one line of ASCII")
+    named = NAMED_LAYOUTS.get(layout.strip())
+    if named is not None:
+        found = named
+    else:
+        names = tuple(c.strip() for c in layout.split(","))
+        if len(names) < 2:
+            raise NewOpError(f"--box-layout {layout!r} is neither a named layout ({', '.join(NAMED_LAYOUTS)}) nor "
+                             f"the row's columns, comma-separated, starting with the batch index: "
+                             f"'batch, cx, cy, w, h, angle'")
+        if names[0] not in ("batch", "b"):
+            raise NewOpError(f"--box-layout {layout!r}: column 0 of a roi row is its batch index; start the "
+                             f"layout with 'batch'")
+        if len(names) > MAX_BOX_COLUMNS:
+            raise NewOpError(f"--box-layout {layout!r} has {len(names)} columns, at most {MAX_BOX_COLUMNS}")
+        for name in names:
+            _check_column(name)
+        if len(set(names)) != len(names):
+            twice = sorted({n for n in names if names.count(n) > 1})
+            raise NewOpError(f"--box-layout {layout!r} names column {twice[0]!r} twice")
+        found = NAMED_LAYOUTS["torchvision"] if names[1:] == TORCHVISION_COLUMNS[1:] else _layout_of(names)
+    if count is not None and count != len(found.columns):
+        raise NewOpError(f"--box-columns {count} disagrees with --box-layout {layout!r}, which has "
+                         f"{len(found.columns)} columns")
+    return found
+
+
+@dataclass(frozen=True)
+class OpParam:
+    """One of the op's own parameters (--param NAME:TYPE=DEFAULT): a field of its Op::Params."""
+
+    name: str
+    type: str  # bool, int or float (schema and Python)
+    default: bool | int | float
+
+    @property
+    def schema(self) -> str:
+        return f"{self.type} {self.name}"
+
+    @property
+    def python_default(self) -> str:
+        return repr(self.default)
+
+    @property
+    def cxx_default(self) -> str:
+        if isinstance(self.default, bool):
+            return "true" if self.default else "false"
+        if isinstance(self.default, int):
+            return "-9223372036854775807 - 1" if self.default == _INT64[0] else str(self.default)
+        return repr(self.default)
+
+    @property
+    def sample(self) -> str:
+        """The value the generated test passes (a bool: not its default, so both are exercised)."""
+        return repr(not self.default) if isinstance(self.default, bool) else self.python_default
+
+
+def op_param(text: str, taken: Sequence[str] = ()) -> OpParam:
+    """--param NAME:TYPE=DEFAULT (TYPE bool, int or float; DEFAULT as Python writes it: False, -1, 0.5)."""
+    usage = "NAME:TYPE=DEFAULT, e.g. clockwise:bool=False (TYPE: bool, int or float)"
+    if not isinstance(text, str) or not text.isascii() or any(c in text for c in "\n\r\t\0"):
+        raise NewOpError(f"--param {text!r} must be one line of ASCII: {usage}")
+    m = re.fullmatch(r"\s*([^:=\s]*)\s*:\s*([^=\s]*)\s*(?:=\s*(.*?))?\s*", text)
+    if m is None:
+        raise NewOpError(f"--param {text!r} is not {usage}")
+    name, type_, default = m.groups()
+    if not _NAME_RE.fullmatch(name) or len(name) > MAX_NAME_LENGTH:
+        raise NewOpError(f"--param {text!r}: {name!r} is not a snake_case name (lower-case letters and digits, "
+                         f"words joined by single underscores, starting with a letter)")
+    if name in CXX_KEYWORDS or name in _CXX_MACROS or keyword.iskeyword(name) or keyword.issoftkeyword(name):
+        raise NewOpError(f"--param {text!r}: {name!r} is a C++ or Python keyword or a compiler's macro")
+    if name in _PARAM_RESERVED or hasattr(builtins, name):
+        raise NewOpError(f"--param {text!r}: {name!r} is reserved (the family's arguments, the generated code's "
+                         f"names and Python's builtins)")
+    if name in taken:
+        raise NewOpError(f"--param {name!r} is given twice")
+    if type_ not in PARAM_TYPES:
+        raise NewOpError(f"--param {text!r}: type {type_!r} is not bool, int or float")
+    if default is None or not default:
+        raise NewOpError(f"--param {text!r} needs a default ({name}:{type_}=...): the wrapper's parameters after "
+                         f"spatial_scale all have one")
+    value: bool | int | float
+    if type_ == "bool":
+        if default not in ("True", "False"):
+            raise NewOpError(f"--param {text!r}: a bool's default is True or False, not {default!r}")
+        value = default == "True"
+    elif type_ == "int":
+        if not re.fullmatch(r"[+-]?[0-9]{1,19}", default) or not _INT64[0] <= int(default) <= _INT64[1]:
+            raise NewOpError(f"--param {text!r}: an int's default is a decimal integer in int64's range, "
+                             f"not {default!r}")
+        value = int(default)
+    else:
+        value = float(default) if _FLOAT_TEXT.fullmatch(default) else math.nan
+        if not math.isfinite(value):
+            raise NewOpError(f"--param {text!r}: a float's default is a finite decimal number, not {default!r}")
+    return OpParam(name, type_, value)
+
+
+def op_params(texts: Sequence[str]) -> tuple[OpParam, ...]:
+    """Every --param, checked one by one and against each other."""
+    if len(texts) > MAX_PARAMS:
+        raise NewOpError(f"{len(texts)} --param options; an op takes at most {MAX_PARAMS} of its own")
+    found: list[OpParam] = []
+    for text in texts:
+        found.append(op_param(text, [p.name for p in found]))
+    return tuple(found)
 
 
 def existing_ops(root: Path) -> set[str]:
@@ -565,7 +776,7 @@ CLASS_ACRONYMS = {"roi": "RoI", "ps": "PS"}
 
 
 def torchvision_class_name(name: str) -> str:
-    """The nn.Module class of op `name` as torchvision spells its own: roi_align_rotated -> RoIAlignRotated,
+    """The nn.Module class of op `name` as torchvision spells its own: roi_max_rotated -> RoIMaxRotated,
     ps_roi_sum -> PSRoISum."""
     return "".join(CLASS_ACRONYMS.get(word, word.capitalize()) for word in name.split("_"))
 
@@ -579,37 +790,24 @@ def _updated_ops_py(root: Path, names: list[str], forward: Schema, backward: boo
     return text.rstrip("\n") + "\n" + _wrap(section)
 
 
-def _roi_variant(name: str, schema: str | None) -> tuple[bool, bool, str | None]:
-    """Which of the family's schemas --schema names: (sampling_ratio, aligned, index name)."""
+def _roi_variant(name: str, schema: str | None, params: Sequence[str] = ()) -> tuple[bool, bool, str | None]:
+    """Which of the family's schemas --schema names: (sampling_ratio, aligned, index name); params: the
+    op's own ("bool clockwise", from --param), which the schema must end with."""
     if schema is None:
         return False, False, None
     wanted = " ".join(schema.split())
     for sampling_ratio in (False, True):
         for aligned in (False, True):
             for index in (None, "index"):
-                if roi_schemas(name, sampling_ratio, aligned, index)[0] == wanted:
+                if roi_schemas(name, sampling_ratio, aligned, index, params)[0] == wanted:
                     return sampling_ratio, aligned, index
-    raise NewOpError(f"an roi op takes the family's schema: {roi_schemas(name)[0]!r}, optionally with ', int "
-                     f"sampling_ratio' and then ', bool aligned' after pooled_width, and '-> (Tensor, Tensor)' for "
-                     f"an int32 index output (another parameter needs a field of facade/roi_family.h's RoiFamilyArgs "
-                     f"first)")
+    raise NewOpError(f"an roi op takes the family's schema: {roi_schemas(name, params=params)[0]!r}, optionally with "
+                     f"', int sampling_ratio' and then ', bool aligned' after pooled_width, and '-> (Tensor, Tensor)' "
+                     f"for an int32 index output; the op's own parameters come last, each from a --param "
+                     f"NAME:TYPE=DEFAULT")
 
 
-def _roi_plan(name: str, root: Path, schema: str | None) -> Plan:
-    """An RoI-family op: its per-bin math skeleton, the family's binding, a wrapper and tests in
-    torchvision's RoI signature; every parameter list comes from roi_schemas."""
-    sampling_ratio, aligned, index = _roi_variant(name, schema)
-    forward_text, backward_text = roi_schemas(name, sampling_ratio, aligned, index)
-    fwd, bwd = _family_schema(forward_text), _family_schema(backward_text)
-    pascal = _pascal(name)
-    extras = fwd.args[5:]  # after pooled_width: what RoiFamilyArgs takes next
-    defaults = {"sampling_ratio": "-1", "aligned": "False"}
-    family_args = "spatial_scale, pooled_height, pooled_width"  # RoiFamilyArgs' fields, in order
-    if aligned:
-        family_args += f", {'sampling_ratio' if sampling_ratio else '-1'}, aligned"
-    elif sampling_ratio:
-        family_args += ", sampling_ratio"
-    grad_scatter = "" if index else """
+_ROI_GRAD_SCATTER = """
   // The backward through the taps (the family calls these for a kIndex = false op): the bin's
   // gradient, then add(offset, value) into the roi's plane for each tap. TODO($op): the adjoint of fold.
   template <typename Acc>
@@ -620,27 +818,117 @@ def _roi_plan(name: str, root: Path, schema: str | None) -> Plan:
 
   template <typename Acc, typename Add>
   OPKILN_HD static void scatter(const Tap<Acc>& t, Acc grad, Add&& add) { add(t.offset, grad); }
-""".replace("$op", name)
+"""
+
+
+def _roi_layout_values(name: str, layout: BoxLayout, params: tuple[OpParam, ...]) -> dict[str, str]:
+    """The pieces of an RoI op's files that its box layout and own parameters shape."""
+    cols, batch = layout.columns, layout.columns[0]
+    n = len(cols)
+    decls = []
+    if not layout.torchvision:
+        decls += [f"  // A roi row: [K, {n}] ({layout.label}); roi() takes its values in this order.",
+                  f"  static constexpr std::int64_t kBoxColumns = {n};",
+                  f'  static constexpr std::string_view kBoxLayout = "{layout.label}";']
+    if params:
+        decls += (["", "  // The op's own parameters (the schema's after the family's), read as g.params.NAME; the",
+                   "  // drivers copy them to the device by value."] if decls else
+                  ["  // The op's own parameters (the schema's after the family's), read as g.params.NAME; the",
+                   "  // drivers copy them to the device by value."])
+        decls += ["  struct Params {", *(f"    {PARAM_TYPES[p.type]} {p.name} = {p.cxx_default};" for p in params),
+                  "  };"]
+    geometry = "RoiFamilyGeometryWith<Params>" if params else "RoiFamilyGeometry"
+    columns_text = ("torchvision's (batch index, x1, y1, x2, y2); another layout (kBoxColumns, kBoxLayout)"
+                    if layout.torchvision else "this op's (kBoxColumns, kBoxLayout above); another layout")
+    unused = "".join(f"static_cast<void>({c}), " for c in cols[1:]).rstrip(", ")
+    params_note = ("" if not params else
+                   "\n  // The op's parameters: " + ", ".join(f"g.params.{p.name}" for p in params) + ".")
+    width = n - 1
+    if layout.torchvision:
+        sample_rois = ["    xy = torch.rand(rois, 2, generator=g, dtype=torch.float64) * 20 - 2",
+                       "    wh = torch.rand(rois, 2, generator=g, dtype=torch.float64) * 10",
+                       "    boxes = torch.cat([b, xy, xy + wh], dim=1)"]
+    else:
+        lows = ", ".join(repr(lo) for lo, _ in layout.ranges)
+        spans = ", ".join(repr(hi - lo) for lo, hi in layout.ranges)
+        sample_rois = [f"    # {', '.join(cols[1:])}: each uniform in its range (box_layouts.json's samples)",
+                       f"    low = torch.tensor([{lows}], dtype=torch.float64)",
+                       f"    span = torch.tensor([{spans}], dtype=torch.float64)",
+                       f"    boxes = torch.cat([b, low + torch.rand(rois, {width}, generator=g, dtype=torch.float64) "
+                       f"* span], dim=1)"]
+    row = [str(int(v)) if v.is_integer() else repr(v) for v in layout.example[:-1]]
+    example = ", ".join([*row, repr(float(layout.example[-1]))])  # one float: a float tensor
+    boxes = ("``boxes`` a ``[K, 5]`` tensor of rows ``(batch index, x1, y1, x2, y2)`` or a list (or tuple) of "
+             "``[L_i, 4]`` tensors, the boxes of image i, in input pixels before ``spatial_scale``;"
+             if layout.torchvision else
+             f"``boxes`` a ``[K, {n}]`` tensor of rows ``({layout.label})`` or a list (or tuple) of ``[L_i, {width}]`` "
+             f"tensors, the rows of image i without the batch index (TODO({name}): what each column is, which "
+             f"``spatial_scale`` scales);")
+    boxes_doc = textwrap.fill("``input`` is ``[N, C, H, W]``; " + boxes, 116, initial_indent="    ",
+                              subsequent_indent="    ", break_long_words=False, break_on_hyphens=False)
+    sample_doc = textwrap.fill(f'"""input [2, 3, 9, 8] and rois [K, {n}] ({layout.label}): boxes inside, across '
+                               f'and outside the plane. TODO({name}): edge cases."""', 116, initial_indent="    ",
+                               subsequent_indent="    ", break_long_words=False, break_on_hyphens=False)
+    return {
+        "layout_decls": ("\n" + "\n".join(decls) + "\n") if decls else "",
+        "layout_include": "#include <string_view>\n" if not layout.torchvision else "",
+        "geometry": geometry, "columns_text": columns_text, "batch_column": batch,
+        "roi_columns": ", ".join(f"Acc {c}" for c in cols), "unused_columns": unused, "params_note": params_note,
+        "params_arg": (", {" + ", ".join(p.name for p in params) + "}") if params else "",
+        "rois_columns": "" if layout.torchvision else f", {n}",
+        "layout_check": "" if layout.torchvision else f', {n}, "{layout.label}"',
+        "boxes_doc": boxes_doc, "sample_doc": sample_doc, "sample_rois": "\n".join(sample_rois),
+        "example_row": example,
+    }
+
+
+def _roi_plan(name: str, root: Path, schema: str | None, layout: BoxLayout | None = None,
+              params: tuple[OpParam, ...] = ()) -> Plan:
+    """An RoI-family op: its per-bin math skeleton, the family's binding, a wrapper and tests in
+    torchvision's RoI signature; every parameter list comes from roi_schemas. layout: its rois' columns
+    (torchvision's [K, 5] by default); params: its own parameters after the family's."""
+    layout = layout if layout is not None else box_layout()
+    if any(p.name == name for p in params):
+        raise NewOpError(f"--param {name!r} is the op's own name")
+    own = [p.schema for p in params]
+    sampling_ratio, aligned, index = _roi_variant(name, schema, own)
+    forward_text, backward_text = roi_schemas(name, sampling_ratio, aligned, index, own)
+    fwd, bwd = _family_schema(forward_text), _family_schema(backward_text)
+    pascal = _pascal(name)
+    extras = fwd.args[5:5 + sampling_ratio + aligned]  # after pooled_width: what RoiFamilyArgs takes next
+    defaults = {"sampling_ratio": "-1", "aligned": "False", **{p.name: p.python_default for p in params}}
+    init_defaults = {"aligned": "False", **{p.name: p.python_default for p in params}}
+    samples = {"sampling_ratio": "2", "aligned": "True", **{p.name: p.sample for p in params}}
+    every = [*extras, *(Arg(p.type, p.name) for p in params)]  # the wrapper's parameters after spatial_scale
+    family_args = "spatial_scale, pooled_height, pooled_width"  # RoiFamilyArgs' fields, in order
+    if aligned:
+        family_args += f", {'sampling_ratio' if sampling_ratio else '-1'}, aligned"
+    elif sampling_ratio:
+        family_args += ", sampling_ratio"
     values = {
-        "op": name, "pascal": pascal, "py_class": torchvision_class_name(name), "schema": forward_text,
+        "op": name, "pascal": pascal, "py_class": torchvision_class_name(name),
+        # the header's comment of the schema, broken between arguments only (a no-break space inside one)
+        "schema": textwrap.fill(re.sub(r"(?<=\w) (?=\w)", "\xa0", forward_text), WIDTH, initial_indent="//   ",
+                                subsequent_indent="//     ", break_long_words=False,
+                                break_on_hyphens=False).removeprefix("//   ").replace("\xa0", " "),
         "index": "true" if index else "false",
         "index_comment": ("The forward writes an int32 index per element (the element chosen, -1: none);\n  // "
                           "the family's backward adds grad there." if index else
                           "No index output: the backward goes through the taps (grad, scatter)."),
         "index_zero": ", index -1" if index else "", "index_finish": " and its index" if index else "",
-        "grad_scatter": grad_scatter,
+        "grad_scatter": "" if index else _ROI_GRAD_SCATTER.replace("$op", name),
         "schemas": _m_defs(forward_text, backward_text),
         "index_name": f', "{index}"' if index else "", "index_arg": f"&{index}" if index else "nullptr",
         "forward_return": "std::tuple<Tensor, Tensor>" if index else "Tensor",
         "forward_params": _cxx_params(fwd), "backward_params": _cxx_params(bwd), "family_args": family_args,
-        "py_extra_params": "".join(f", {a.name}: {PY_TYPES[a.type]} = {defaults[a.name]}" for a in extras),
-        "py_extra_args": "".join(f", {a.name}" for a in extras),
+        "py_extra_params": "".join(f", {a.name}: {PY_TYPES[a.type]} = {defaults[a.name]}" for a in every),
+        "py_extra_args": "".join(f", {a.name}" for a in every),
         "out_type": "tuple[Tensor, Tensor]" if index else "Tensor", "first": "[0]" if index else "",
-        "init_params": "".join(f", {a.name}: {PY_TYPES[a.type]}" + (" = False" if a.name == "aligned" else "")
-                               for a in extras),
-        "init_body": "".join(f"\n        self.{a.name} = {a.name}" for a in extras),
-        "self_args": "".join(f", self.{a.name}" for a in extras),
-        "repr": "".join(f", {a.name}={{self.{a.name}}}" for a in extras),
+        "init_params": "".join(f", {a.name}: {PY_TYPES[a.type]}" +
+                               (f" = {init_defaults[a.name]}" if a.name in init_defaults else "") for a in every),
+        "init_body": "".join(f"\n        self.{a.name} = {a.name}" for a in every),
+        "self_args": "".join(f", self.{a.name}" for a in every),
+        "repr": "".join(f", {a.name}={{self.{a.name}}}" for a in every),
         "py_indent": " " * len(f"def {name}("),
         "fwd_py_params": _py_params(fwd), "bwd_py_params": _py_params(bwd),
         "fake_result": "input.new_empty(shape), input.new_empty(shape, dtype=torch.int32)" if index
@@ -652,7 +940,8 @@ def _roi_plan(name: str, root: Path, schema: str | None) -> Plan:
         "mark_index": "\n    ctx.mark_non_differentiable(output[1])" if index else "",
         "grad_params": "grad: Tensor, grad_index: Tensor | None" if index else "grad: Tensor",
         "saved_unpack": f"rois, {index}" if index else "(rois,)", "saved_args": f"rois, {index}" if index else "rois",
-        "extra_sample": "".join({"sampling_ratio": "2, ", "aligned": "True, "}[a.name] for a in extras),
+        "extra_sample": "(" + ", ".join(samples[a.name] for a in every) + ("," if len(every) == 1 else "") + ")",
+        **_roi_layout_values(name, layout, params),
     }
     new_files = _family_files(root, name, FAMILIES["roi"], values)
     text = _updated_ops_py(root, [name, values["py_class"]], fwd, True, _render("roi_ops_section.py.tmpl", **values))
@@ -732,19 +1021,27 @@ def _rowwise_plan(name: str, root: Path, schema: str | None, backward: bool) -> 
     return Plan(root, name, new_files, root / OPS_PY, text)
 
 
-def plan(name: str, root: Path, schema: str | None = None, backward: bool = False, kind: str = "elementwise") -> Plan:
+def plan(name: str, root: Path, schema: str | None = None, backward: bool = False, kind: str = "elementwise",
+         box_layout_text: str | None = None, box_columns: str | int | None = None,
+         params: Sequence[str] = ()) -> Plan:
     """Validates `name` (and `schema`, default NAME(Tensor x) -> Tensor) and renders every file of an op of
-    `kind` (KINDS); writes nothing."""
+    `kind` (KINDS); writes nothing. An roi op also takes its rois' layout (box_layout: --box-layout and
+    --box-columns) and its own parameters (--param NAME:TYPE=DEFAULT, op_param)."""
     root = root.resolve()
     if not (root / "ops" / "facade" / "facade.h").is_file() or not (root / OPS_PY).is_file():
         raise NewOpError(f"{root} is not an opkiln checkout (no ops/facade/facade.h or python/opkiln/ops.py)")
     if kind not in KINDS:
         raise NewOpError(f"unknown kind {kind!r}; one of {', '.join(KINDS)}")
+    if kind != "roi" and (box_layout_text is not None or box_columns is not None or params):
+        raise NewOpError(f"--box-layout, --box-columns and --param are the roi kind's; a {kind} op takes its "
+                         f"family's schema")
+    layout = box_layout(box_layout_text, box_columns) if kind == "roi" else None
+    own = op_params(params) if kind == "roi" else ()
     validate_name(name, root)
     if kind == "ps-roi":
         return _ps_roi_plan(name, root, schema)
     if kind == "roi":
-        return _roi_plan(name, root, schema)
+        return _roi_plan(name, root, schema, layout, own)
     if kind == "rowwise":
         return _rowwise_plan(name, root, schema, backward)
     try:

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kiln_tool.cli import main
-from kiln_tool.new_op import CXX_KEYWORDS, NewOpError, disagreements, existing_ops, plan, write
+from kiln_tool.new_op import CXX_KEYWORDS, NewOpError, disagreements, existing_ops, plan, roi_schemas, write
 
 REPO = Path(__file__).resolve().parents[2]
 GENERATED = ["ops/{op}/{op}.h", "ops/{op}/{op}_cpu.cpp", "ops/{op}/{op}_cuda.cu", "ops/{op}/binding.cpp",
@@ -274,6 +274,10 @@ SKELETON_OUTCOMES = {
                 {"test_opcheck", "test_bad_input_raises", "test_double_backward_raises", "test_non_contiguous_input"}),
 }
 EXAMPLES = REPO / "tests" / "new_op" / "examples"
+# A member of another box layout with a parameter of its own: rois [K, 6] (batch, cx, cy, w, h, angle) and
+# `clockwise` (mmcv's roi_align_rotated), the family's sampling_ratio and aligned; only its math is written.
+ROTATED = ["--kind", "roi", "--box-layout", "rotated", "--param", "clockwise:bool=False", "--schema",
+           roi_schemas("roi_align_rotated", True, True, None, ["bool clockwise"])[0]]
 # op -> (new-op arguments, its skeleton's kind in SKELETON_OUTCOMES, or None: its math is written from EXAMPLES)
 SCAFFOLDED: dict[str, tuple[list[str], str | None]] = {
     "scaffold_pool": (["--backward", "--schema", ROI_POOL.replace("roi_pool", "scaffold_pool")], "backward"),
@@ -282,6 +286,7 @@ SCAFFOLDED: dict[str, tuple[list[str], str | None]] = {
     "scaffold_row": (["--kind", "rowwise", "--backward"], "rowwise"),
     "roi_avg_pool": (["--kind", "roi"], None),
     "row_center": (["--kind", "rowwise", "--backward"], None),
+    "roi_align_rotated": (ROTATED, None),
 }
 
 
@@ -348,8 +353,9 @@ def test_scaffolded_cuda_cores_compile(scaffolded_tree: Path, tmp_path: Path) ->
 @pytest.mark.slow
 def test_scaffolded_ops_build_and_fail_only_on_their_kernel_bodies(scaffolded_tree: Path, tmp_path: Path) -> None:
     """Scaffold an op of each kind into a copy of the tree (roi_pool's shape with --backward, the default
-    elementwise op, an roi and a rowwise op), and two ops whose math is then written (tests/new_op/examples:
-    roi_avg_pool on the RoI family, row_center on the row-wise one); build the CPU wheel once (torch 2.13)
+    elementwise op, an roi and a rowwise op), and three ops whose math is then written (tests/new_op/examples:
+    roi_avg_pool on the RoI family, roi_align_rotated on it with [K, 6] rois and a clockwise flag, row_center
+    on the row-wise one); build the CPU wheel once (torch 2.13)
     and run the generated tests against it: a skeleton's value tests fail, everything else passes, and the
     written ops pass every test (values, gradients, gradcheck, opcheck)."""
     from kiln_tool.matrix_data import local_builds

@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -17,6 +18,8 @@ from hypothesis import strategies as st
 from kiln_tool.cli import main
 from kiln_tool.new_op import (
     KINDS,
+    ROI_EXTRAS,
+    ROI_PARAMS,
     NewOpError,
     disagreements,
     plan,
@@ -60,23 +63,38 @@ def _family_members(macro: str) -> list[Path]:
     return sorted(b for b in (REPO / "ops").glob("*/binding.cpp") if f"{macro}(" in b.read_text())
 
 
-@pytest.mark.parametrize("binding", _family_members("OPKILN_ROI_FAMILY_KERNELS"), ids=lambda b: b.parent.name)
-def test_every_roi_family_member_registers_a_family_schema(binding: Path) -> None:
-    """One source of truth: what an RoI-family op registers is one of roi_schemas' variants (the index
-    output named as the op names it)."""
+def _assert_a_family_schema(binding: Path) -> None:
+    """What an RoI-family op registers is one of roi_schemas' variants: the index output named as the op
+    names it, and its own parameters (any after pooled_width but the family's) as it names them."""
     defs = _defs(binding)
     index = re.search(r"Tensor rois, Tensor (\w+),", defs[-1]) if len(defs) == 2 else None
-    variants = [list(roi_schemas(binding.parent.name, sr, al, index.group(1) if index else None))
+    args = re.fullmatch(r"\w+\((.*)\) -> .*", defs[0])
+    assert args is not None, defs
+    family = {*ROI_PARAMS.split(", "), *ROI_EXTRAS}
+    own = [a for a in args.group(1).split(", ") if a not in family]
+    variants = [list(roi_schemas(binding.parent.name, sr, al, index.group(1) if index else None, own))
                 for sr in (False, True) for al in (False, True)]
     assert defs in variants
+
+
+@pytest.mark.parametrize("binding", _family_members("OPKILN_ROI_FAMILY_KERNELS"), ids=lambda b: b.parent.name)
+def test_every_roi_family_member_registers_a_family_schema(binding: Path) -> None:
+    """One source of truth: what an RoI-family op registers is one of roi_schemas' variants."""
+    _assert_a_family_schema(binding)
 
 
 def test_the_tree_agrees_with_its_schemas() -> None:
     assert disagreements(REPO) == []
 
 
-# Every kind and variant the scaffold writes: (kind, --schema or None, --backward).
+# Every kind and variant the scaffold writes: (kind, --schema or None, --backward), and the roi kind's box
+# layout and own parameters (OPTIONS: plan's keywords).
 ROI_FULL = roi_schemas("demo", sampling_ratio=True, aligned=True, index="index")[0]
+OWN = ["clockwise:bool=False", "k:int=-9223372036854775808", "eps:float=1e-06"]
+OPTIONS: dict[str, dict[str, Any]] = {
+    "roi-rotated": {"box_layout_text": "rotated", "params": OWN[:1]},
+    "roi-index-columns-params": {"box_columns": "4", "params": OWN},
+}
 VARIANTS = {
     "elementwise": ("elementwise", None, False),
     "elementwise-backward": ("elementwise",
@@ -86,6 +104,9 @@ VARIANTS = {
     "roi": ("roi", None, True),
     "roi-index-aligned": ("roi", ROI_FULL, True),
     "ps-roi": ("ps-roi", None, True),
+    "roi-rotated": ("roi", roi_schemas("demo", True, True, None, ["bool clockwise"])[0], True),
+    "roi-index-columns-params": ("roi", roi_schemas("demo", False, False, "index",
+                                                    ["bool clockwise", "int k", "float eps"])[0], True),
 }
 
 
@@ -94,7 +115,7 @@ def scaffolded(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     trees = {}
     for label, (kind, schema, backward) in VARIANTS.items():
         root = _checkout(tmp_path_factory.mktemp(label) / "tree")
-        write(plan("demo", root, schema, backward, kind))
+        write(plan("demo", root, schema, backward, kind, **OPTIONS.get(label, {})))
         trees[label] = root
     return trees
 
@@ -109,6 +130,8 @@ def test_every_kind_scaffolds_an_op_that_agrees_with_its_schemas(scaffolded: dic
         assert long == [], f"{path.name}: lines {long} longer than 120"
     ast.parse((root / "tests" / "ops" / "test_demo.py").read_text())
     ast.parse((root / OPS_PY).read_text())
+    if VARIANTS[label][0] == "roi":
+        _assert_a_family_schema(root / "ops" / "demo" / "binding.cpp")
 
 
 @pytest.mark.parametrize("label", VARIANTS)
@@ -147,6 +170,11 @@ TRIMS = {
                     "std::int64_t batch", "backward(const Tensor&, const Tensor&, double, std::int64_t, std::int64_t,"),
     "ps-roi binding": ("ps-roi", "ops/demo/binding.cpp", "std::int64_t pooled_width, std::int64_t batch_size",
                        "std::int64_t batch_size", "is registered for _demo_backward"),
+    # an op's own parameter dropped from its forward's C++ parameters, or from its fake impl
+    "roi param binding": ("roi-rotated", "ops/demo/binding.cpp", "bool aligned, bool clockwise) {", "bool aligned) {",
+                          "is registered for demo but its schema takes"),
+    "roi param fake": ("roi-rotated", str(OPS_PY), "sampling_ratio: int, aligned: bool, clockwise: bool) -> Tensor:",
+                       "sampling_ratio: int, aligned: bool) -> Tensor:", "is the fake impl of demo"),
     "rowwise fake": ("rowwise-backward", str(OPS_PY), "weight: Tensor, stat: Tensor)", "weight: Tensor)",
                      "is the fake impl of _demo_backward"),
 }

@@ -30,6 +30,21 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                         help="also an internal backward op _NAME_backward, its fake impl, the autograd formula and a "
                              "double-backward guard (elementwise: the gradient of the first tensor argument; rowwise: "
                              "of x and weight; roi and ps-roi always have one)")
+    from ..new_op import LAYOUT_HELP
+
+    # Strings, not argparse types: a bad value is new-op's one-line error (exit 2) like a bad name.
+    parser.add_argument("--box-layout", default=None, metavar="LAYOUT",
+                        help="roi: the columns of a roi row, a named layout (" +
+                             "; ".join(f"{k}: {v}" for k, v in LAYOUT_HELP.items()) +
+                             ') or the column names, comma-separated, the first the batch index: '
+                             '"batch, cx, cy, w, h, angle" (default: torchvision)')
+    parser.add_argument("--box-columns", default=None, metavar="N",
+                        help="roi: the number of values in a roi row, the batch index included (alone: columns "
+                             "batch, c1, c2, ...; 5 is torchvision's; with --box-layout, its count)")
+    parser.add_argument("--param", action="append", default=[], metavar="NAME:TYPE=DEFAULT",
+                        help="roi, repeatable: a parameter of the op's own after the family's, TYPE bool, int or "
+                             "float, e.g. clockwise:bool=False (its header's struct Params, its schema, wrapper, "
+                             "module and tests)")
     parser.add_argument("--root", type=Path, default=None, help="the checkout to write into (default: this one)")
 
 
@@ -39,7 +54,8 @@ def execute(args: argparse.Namespace) -> int:
 
     root: Path = args.root if args.root is not None else project_dir()
     try:
-        written = write(plan(args.name, root, args.schema, args.backward, args.kind))
+        written = write(plan(args.name, root, args.schema, args.backward, args.kind, args.box_layout,
+                             args.box_columns, args.param))
     except NewOpError as exc:
         print(f"kiln new-op: {exc}; nothing written", file=sys.stderr)
         return 2
