@@ -1,18 +1,33 @@
 """The maintainer's loop (issue 42, item 1) for a setup.py project: `kiln develop` in the maintainer's own venv
 (torch, setuptools and the torch-kiln wheel, as the README has them install it) gives an editable install that
 imports through kiln's guard (before: `No module named 'segops._kiln'`), and after a one-line kernel edit the
-next `kiln develop` rebuilds it (ninja, incremental) and the change is what imports. The seconds of each step go
-to tests/_artifacts/adopters/timings.json."""
+next `kiln develop` rebuilds it (ninja, incremental) and the change is what imports. Then `kiln wheels` of that
+same tree, a find_packages() project: its wheel holds kiln's guard once, never the develop copy (before: relabel
+refused the backend's wheel, which carried segops/_kiln/ and the develop build info), and the editable install
+keeps its guard. The seconds of each step go to tests/_artifacts/adopters/timings.json; the venv is the session's
+maintainer venv (tests/adopters/fixtures.py), shared with test_no_sources' plain pip wheel."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import zipfile
 from pathlib import Path
 
 import pytest
 
-from adopters.adopting import KilnTool, adopter_env, clone_project, run_python, timed
+from adopters.adopting import (
+    COMMIT_DATE,
+    Built,
+    KilnTool,
+    adopter_env,
+    build_info,
+    clone_project,
+    kiln_wheels,
+    run_python,
+    timed,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -35,13 +50,31 @@ def _develop(venv: Path, root: Path, timing: str) -> subprocess.CompletedProcess
     return proc
 
 
-def test_an_editable_install_imports_through_the_guard_and_rebuilds_after_an_edit(kiln_tool: KilnTool,
-                                                                                  tmp_path: Path) -> None:
-    from support.venvs import make_venv
+def _find_packages(root: Path) -> None:
+    """segops as many setup.py projects have it: find_packages() and package data globs that also match kiln
+    develop's files (segops/_kiln/ is a package, _build_info.json a *.json); committed."""
+    setup = root / "setup.py"
+    text = setup.read_text()
+    assert 'packages=["segops"],' in text
+    setup.write_text(text.replace("from setuptools import setup", "from setuptools import find_packages, setup")
+                     .replace('packages=["segops"],', 'packages=find_packages(include=["segops*"]),\n'
+                              '    package_data={"segops": ["*.json"]},'))
+    env = {**os.environ, "GIT_AUTHOR_NAME": "a", "GIT_AUTHOR_EMAIL": "a@example.org", "GIT_COMMITTER_NAME": "a",
+           "GIT_COMMITTER_EMAIL": "a@example.org", "GIT_AUTHOR_DATE": COMMIT_DATE, "GIT_COMMITTER_DATE": COMMIT_DATE}
+    subprocess.run(["git", "-C", str(root), "commit", "--quiet", "--no-gpg-sign", "-am", "find_packages"],
+                   check=True, env=env, capture_output=True)
 
-    with timed("segops develop: the maintainer's venv (torch 2.13.0, setuptools, the torch-kiln wheel)"):
-        python = make_venv(tmp_path / "venv", "2.13.0", extra=["setuptools>=69", "ninja", str(kiln_tool.wheel)])
+
+def _members(wheel: Path) -> list[str]:
+    with zipfile.ZipFile(wheel) as zf:
+        return zf.namelist()
+
+
+def test_an_editable_install_imports_through_the_guard_and_rebuilds_after_an_edit(
+        kiln_tool: KilnTool, maintainer_python: Path, segops_cpu: Built, segops_clone: Path, tmp_path: Path) -> None:
+    python = maintainer_python
     root = clone_project("segops", tmp_path / "src")
+    _find_packages(root)
     elsewhere = tmp_path / "elsewhere"  # not beside the clone: `python -c` puts its folder first on sys.path
     elsewhere.mkdir()
     _develop(python.parent.parent, root, "segops develop: kiln develop (first)")
@@ -62,6 +95,26 @@ def test_an_editable_install_imports_through_the_guard_and_rebuilds_after_an_edi
     assert again.returncode == 0, again.stdout + again.stderr
     assert json.loads(again.stdout.strip().splitlines()[-1])["out"] == [[2.0, 2.0], [4.0, 4.0]]
 
+    # kiln wheels of the same tree, kiln develop's files in it; the session's segops build venv (a link).
+    right = segops_cpu.wheel("pt213cpu")
+    (root / ".venvs").symlink_to(segops_clone / ".venvs", target_is_directory=True)
+    with (root / ".git" / "info" / "exclude").open("a") as fh:
+        fh.write("/.venvs\n")
+    tool = KilnTool(venv=python.parent.parent, wheel=kiln_tool.wheel, workdir=elsewhere)  # the maintainer's kiln
+    built = kiln_wheels(tool, root, timing="segops develop: kiln wheels of the developed tree")
+    wheel = built.wheel("pt213cpu")
+    members = _members(wheel)
+    assert len(members) == len(set(members)), sorted(m for m in members if members.count(m) > 1)
+    guard = sorted(m for m in members if m.startswith("segops/_kiln/"))
+    want = sorted(m for m in _members(right) if m.startswith("segops/_kiln/"))
+    assert guard == want and members.count("segops/_build_info.json") == 1, (guard, want)
+    with zipfile.ZipFile(wheel) as zf, zipfile.ZipFile(right) as zr:
+        assert all(zf.read(m) == zr.read(m) for m in guard), "kiln's guard, not the develop copy"
+        assert build_info(wheel, "segops")["version"] == build_info(right, "segops")["version"] == "0.1.0+pt213cpu"
+    after = run_python(python, CHECK, elsewhere)
+    assert after.returncode == 0, "the editable install keeps its guard: " + after.stdout + after.stderr
+    assert json.loads(after.stdout.strip().splitlines()[-1])["out"] == [[2.0, 2.0], [4.0, 4.0]]
+
 
 RING_CHECK = """
 import json, torch, ringops
@@ -70,14 +123,10 @@ print(json.dumps({"file": ringops.__file__, "out": torch.ops.ringops.ring_shift(
 """
 
 
-def test_a_kiln_build_installs_editable_and_rebuilds_on_import_after_an_edit(kiln_tool: KilnTool,
+def test_a_kiln_build_installs_editable_and_rebuilds_on_import_after_an_edit(maintainer_python: Path,
                                                                              tmp_path: Path) -> None:
     """kiln's build: scikit-build-core's rebuild on import, so the edit is what the next import runs."""
-    from support.venvs import make_venv
-
-    with timed("ringops develop: the maintainer's venv (torch 2.13.0, scikit-build-core, cmake, ninja, torch-kiln)"):
-        python = make_venv(tmp_path / "venv", "2.13.0",
-                           extra=["scikit-build-core>=1.1.2", "cmake>=3.26", "ninja", str(kiln_tool.wheel)])
+    python = maintainer_python
     root = clone_project("ringops", tmp_path / "src")
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
