@@ -161,6 +161,13 @@ _PARAM_RESERVED = frozenset({"input", "rois", "boxes", "spatial_scale", "pooled_
                              "width", "shape", "out", "forward", "backward", "params", "self", "ctx", "grad",
                              "grad_input", "grad_index", "inputs", "output", "k_names", "torch", "ops", "nn",
                              "opkiln", "kernels", "facade", "g", "round"})
+# The C++ namespaces the generated code names (std::int64_t, opkiln::kernels), which a column or parameter
+# of that name would hide.
+_NAMESPACES = frozenset({"std", "opkiln", "kernels", "facade", "cuda", "cpu", "at", "c10", "torch", "bilinear",
+                         "roi_sampling"})
+# nn.Module's own attributes (the op's module stores each parameter as self.NAME).
+MODULE_ATTRIBUTES = frozenset(line.strip() for line in (TEMPLATES / "module_attributes.txt").read_text().splitlines()
+                              if line.strip() and not line.startswith("#"))
 PARAM_TYPES = {"bool": "bool", "int": "std::int64_t", "float": "double"}  # schema type -> Params field type
 _INT64 = (-(2 ** 63), 2 ** 63 - 1)
 _FLOAT_TEXT = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
@@ -211,8 +218,9 @@ def _check_column(name: str) -> None:
                          f"joined by single underscores, starting with a letter)")
     if name in CXX_KEYWORDS or name in _CXX_MACROS or keyword.iskeyword(name) or keyword.issoftkeyword(name):
         raise NewOpError(f"box column {name!r} is a C++ or Python keyword or a compiler's macro")
-    if name in _LAYOUT_RESERVED:
-        raise NewOpError(f"box column {name!r} is reserved (roi() takes its geometry and rounding by that name)")
+    if name in _LAYOUT_RESERVED or name in _NAMESPACES:
+        raise NewOpError(f"box column {name!r} is reserved (roi() takes its geometry and rounding by that name, or "
+                         f"a C++ namespace the generated code names)")
 
 
 def box_layout(layout: str | None = None, columns: str | int | None = None) -> BoxLayout:
@@ -303,9 +311,9 @@ def op_param(text: str, taken: Sequence[str] = ()) -> OpParam:
                          f"words joined by single underscores, starting with a letter)")
     if name in CXX_KEYWORDS or name in _CXX_MACROS or keyword.iskeyword(name) or keyword.issoftkeyword(name):
         raise NewOpError(f"--param {text!r}: {name!r} is a C++ or Python keyword or a compiler's macro")
-    if name in _PARAM_RESERVED or hasattr(builtins, name):
+    if name in _PARAM_RESERVED or name in _NAMESPACES or name in MODULE_ATTRIBUTES or hasattr(builtins, name):
         raise NewOpError(f"--param {text!r}: {name!r} is reserved (the family's arguments, the generated code's "
-                         f"names and Python's builtins)")
+                         f"names, C++ namespaces, nn.Module's attributes and Python's builtins)")
     if name in taken:
         raise NewOpError(f"--param {name!r} is given twice")
     if type_ not in PARAM_TYPES:

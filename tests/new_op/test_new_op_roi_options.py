@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kiln_tool.cli import main
-from kiln_tool.new_op import NAMED_LAYOUTS, NewOpError, plan, roi_schemas
+from kiln_tool.new_op import MODULE_ATTRIBUTES, NAMED_LAYOUTS, NewOpError, op_param, plan, roi_schemas
 
 REPO = Path(__file__).resolve().parents[2]
 OPS_PY = Path("python", "opkiln", "ops.py")
@@ -47,6 +47,9 @@ BAD = [
     (["--box-layout", "batch, cx, class"], "'class' is a C++ or Python keyword"),
     (["--box-layout", "batch, cx, linux"], "compiler's macro"),
     (["--box-layout", "batch, cx, g"], "'g' is reserved"),
+    (["--box-layout", "batch, std"], "'std' is reserved"),
+    (["--param", "std:int=0"], "'std' is reserved"),
+    (["--param", "training:bool=False"], "'training' is reserved"),
     (["--box-layout", "batch, Cx"], "not a snake_case name"),
     (["--box-layout", "batch, " + ", ".join(f"c{i}" for i in range(16))], "at most 16"),
     (["--box-layout", "rotated", "--box-columns", "5"], "--box-columns 5 disagrees with --box-layout 'rotated'"),
@@ -79,6 +82,17 @@ def test_a_bad_layout_or_parameter_exits_2_in_one_line(tree: Path, capsys: pytes
     err = capsys.readouterr().err
     assert said in err and err.count("\n") == 1 and err.endswith("; nothing written\n"), err
     assert _snapshot(tree) == before
+
+
+def test_no_parameter_is_named_as_an_attribute_of_nn_module() -> None:
+    """The op's module stores each parameter as self.NAME: module_attributes.txt lists every public
+    attribute of this torch's nn.Module (kiln itself never imports torch)."""
+    torch = pytest.importorskip("torch")
+    public = {n for n in [*dir(torch.nn.Module), *vars(torch.nn.Module())] if not n.startswith("_")}
+    assert public <= MODULE_ATTRIBUTES, sorted(public - MODULE_ATTRIBUTES)
+    for name in sorted(n for n in public if re.fullmatch(r"[a-z][a-z0-9_]*", n)):
+        with pytest.raises(NewOpError):
+            op_param(f"{name}:int=0")
 
 
 def test_other_kinds_refuse_the_roi_options(tree: Path, capsys: pytest.CaptureFixture[str]) -> None:
