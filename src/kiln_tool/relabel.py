@@ -34,7 +34,7 @@ import tempfile
 import time
 import zipfile
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any
 
@@ -73,7 +73,7 @@ class _Source:
 
 
 def relabel_wheel(wheel: Path, out_dir: Path, *, package: str, project: str, local_label: str,
-                  torch_requirement: str, build_info: dict[str, Any], epoch: str) -> Path:
+                  torch_requirement: str, build_info: dict[str, Any], epoch: str, keep_version: bool = False) -> Path:
     """Write ``wheel`` (the backend's) relabelled into ``out_dir`` as ``<name>-<base>+<label>-<tags>.whl``.
 
     ``torch_requirement`` (``torch>=2.14,<2.15``) replaces whatever torch requirement the backend wrote,
@@ -82,17 +82,21 @@ def relabel_wheel(wheel: Path, out_dir: Path, *, package: str, project: str, loc
     loader with ``undefined symbol`` instead of pip refusing the combination. ``build_info`` is written as
     ``<package>/_build_info.json`` with its ``version`` set to the new version. ``epoch`` is
     SOURCE_DATE_EPOCH (clamped to 1980, the earliest a zip holds). Returns the written wheel's path.
+    ``keep_version``: the version stays the backend's plain one, ``local_label`` only checked (a build from kiln's
+    sdist: pip discards a wheel whose version differs from the sdist's name; kiln_tool.sdist_backend); the pin,
+    the build info and the guard as always.
     """
     try:
         return _relabel(wheel, out_dir, package=package, project=project, local_label=local_label,
-                        torch_requirement=torch_requirement, build_info=build_info, epoch=epoch)
+                        torch_requirement=torch_requirement, build_info=build_info, epoch=epoch,
+                        keep_version=keep_version)
     except (RelabelError, UnsafeArchiveError, kiln_wheel.NotAKilnWheel) as exc:
         shown = wheel.name if wheel.name.isprintable() else repr(wheel.name)
         raise RelabelError(f"{shown}: {_printable(str(exc))}") from None
 
 
 def _relabel(wheel: Path, out_dir: Path, *, package: str, project: str, local_label: str,
-             torch_requirement: str, build_info: dict[str, Any], epoch: str) -> Path:
+             torch_requirement: str, build_info: dict[str, Any], epoch: str, keep_version: bool = False) -> Path:
     try:
         project = canonicalize_name(project, validate=True)
     except InvalidName:
@@ -105,12 +109,15 @@ def _relabel(wheel: Path, out_dir: Path, *, package: str, project: str, local_la
     _check_torch_requirement(torch_requirement)
     date_time = _zip_date_time(epoch)
     base, tags_text, tags = _input_name(wheel.name, project)
-    version = f"{base}+{local_label}"
+    version = base if keep_version else f"{base}+{local_label}"
     try:
-        kiln_name = kiln_wheel.check_name(f"{project.replace('-', '_')}-{version}-{tags_text}.whl", project,
-                                           package)
+        # A kept version is checked as the labelled name it stands for: every other part by kiln's rules.
+        kiln_name = kiln_wheel.check_name(f"{project.replace('-', '_')}-{base}+{local_label}-{tags_text}.whl",
+                                           project, package)
     except kiln_wheel.NotAKilnWheel as exc:
         raise RelabelError(f"relabelled it would not be a kiln wheel: {exc}") from None
+    if keep_version:
+        kiln_name = replace(kiln_name, filename=f"{project.replace('-', '_')}-{base}-{tags_text}.whl", version=base)
     _build_info_bytes(build_info, version, project, package)  # refuse a bad build info before reading the wheel
     guard = {f"{package}/{GUARD_FOLDER}/{name}": data for name, data in guard_files().items()}
     if not wheel.is_file():
@@ -135,8 +142,9 @@ def _relabel(wheel: Path, out_dir: Path, *, package: str, project: str, local_la
             try:
                 with os.fdopen(fd, "w+b") as fh:
                     _write(fh, archive, source, plan, kiln_name, metadata, generated, date_time)
-                with SafeZip(temp) as written:
-                    kiln_wheel.check_archive(kiln_name, written)
+                if not keep_version:  # kiln_wheel defines the published (labelled) wheels
+                    with SafeZip(temp) as written:
+                        kiln_wheel.check_archive(kiln_name, written)
                 temp.chmod(0o644)
                 temp.replace(target)
             except BaseException:

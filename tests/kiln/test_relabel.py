@@ -191,6 +191,21 @@ def test_the_relabelled_wheel_is_a_kiln_wheel(backend_wheel: Path, tmp_path: Pat
     assert [p.name for p in tmp_path.iterdir()] == [out.name]
 
 
+def test_keep_version_pins_describes_and_guards_without_a_label(backend_wheel: Path, tmp_path: Path) -> None:
+    """A build from kiln's sdist (kiln_tool.sdist_backend): pip wants the sdist's plain version back, so the wheel
+    keeps 0.3.0 and gets everything else a relabelled wheel gets; the label is still held to kiln's rules."""
+    out = relabel(backend_wheel, tmp_path / "out", keep_version=True)
+    assert out.name == f"ring_ops-0.3.0-{PYTHON_TAG}-{PYTHON_TAG}-linux_x86_64.whl"
+    files = members(out)
+    metadata = files["ring_ops-0.3.0.dist-info/METADATA"][0].decode()
+    assert "Version: 0.3.0\n" in metadata, metadata
+    assert f"Requires-Dist: {PIN}" in metadata.replace("<2.15,>=2.14", ">=2.14,<2.15"), metadata
+    assert json.loads(files[f"{PACKAGE}/_build_info.json"][0])["version"] == "0.3.0"
+    assert any(name.startswith(f"{PACKAGE}/_kiln/") for name in files)
+    with pytest.raises(RelabelError, match="local label"):
+        relabel(backend_wheel, tmp_path / "bad", keep_version=True, local_label="PT214")
+
+
 def test_pip_installs_the_relabelled_wheel(backend_wheel: Path, tmp_path: Path) -> None:
     out = relabel(backend_wheel, tmp_path / "out")
     target = tmp_path / "site"
