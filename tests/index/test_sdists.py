@@ -48,6 +48,8 @@ def test_the_sdist_is_published_beside_the_wheels_on_the_source_page_only(tmp_pa
                      "sha256": hashlib.sha256(sdist.read_bytes()).hexdigest(), "size": sdist.stat().st_size}
     (link,) = _links(out / "source" / "index.html")
     assert f'href="../sdist/{sdist.name}#sha256={entry["sha256"]}"' in link
+    assert "<code>pip install opkiln --no-binary opkiln --no-build-isolation -f source/</code>" in \
+        (out / "index.html").read_text()
     wheel_pages = [p for p in out.rglob("*.html") if p.parent.name != "source"]
     assert wheel_pages and not any(".tar.gz" in p.read_text() for p in wheel_pages), \
         "a wheel page lists the sdist: pip would build from source where no wheel fits"
@@ -62,6 +64,13 @@ def test_the_sdist_is_published_beside_the_wheels_on_the_source_page_only(tmp_pa
         ["opkiln-0.1.0.tar.gz", "opkiln-0.2.0.tar.gz"]
     manifest = load_manifest(out)
     assert manifest is not None and sorted(manifest.sdists) == ["opkiln-0.1.0.tar.gz", "opkiln-0.2.0.tar.gz"]
+
+
+def test_a_site_without_sdists_has_no_source_page_and_says_nothing_of_one(tmp_path: Path) -> None:
+    out = tmp_path / "site"
+    build_index(_dist(tmp_path), out, audit=None)
+    assert not (out / "source").exists() and "--no-binary" not in (out / "index.html").read_text()
+    assert "sdists" not in json.loads((out / MANIFEST_NAME).read_text())
 
 
 def _pinned(d: Path) -> Path:

@@ -883,7 +883,8 @@ def _render_site(manifest: Manifest, pythons: list[str], catalog: TorchCatalog,
     # A site is one project's (kiln_wheel.check_name refuses another) and never empty (build_index refuses that).
     pages["index.html"] = render.landing_page(
         render.Site(project=min(by_project), base_url=manifest.base_url, combos=by_combo, pythons=pythons,
-                    torch_pythons=dict(catalog.torch_pythons), torch_index=catalog.torch_index)
+                    torch_pythons=dict(catalog.torch_pythons), torch_index=catalog.torch_index,
+                    source=bool(manifest.sdists))
     )
     if manifest.sdists and wanted(SOURCE_PAGE):
         pages[SOURCE_PAGE] = render.source_page(min(by_project), list(manifest.sdists.values()))

@@ -118,6 +118,8 @@ class Site:
     """torch major.minor -> Pythons that torch release exists for (a stable-ABI wheel fits no others)."""
     torch_index: str | None = None
     """torch's own index, ``{variant}`` standing for the CUDA tag (data/matrix.json)."""
+    source: bool = False
+    """Whether the site publishes sdists (source/index.html): the landing page then says how to build one."""
 
 
 def _template(name: str) -> str:
@@ -205,7 +207,18 @@ def landing_page(site: Site) -> str:
         coverage_table=table,
         simple_url=_e(simple_url),
         simple_command=_e(f"pip install --index-url {simple_url} {site.project}"),
+        source_note=_source_note(site),
     )
+
+
+def _source_note(site: Site) -> str:
+    if not site.source:
+        return ""
+    url = f"{site.base_url}source/" if site.base_url else "source/"
+    command = f"pip install {site.project} --no-binary {site.project} --no-build-isolation -f {url}"
+    return ("\n  <p>No wheel for your PyTorch or CUDA? The <a href=\"source/\">source distributions</a> build against "
+            f"the torch you have installed (with torch-kiln, a C++ compiler, and nvcc for a CUDA torch): "
+            f"<code>{_e(command)}</code></p>")
 
 
 _SCRIPT_ESCAPES = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026",
