@@ -77,6 +77,19 @@ def _pinned(d: Path) -> Path:
     return make_sdist(d, torch="torch<2.14,>=2.13")
 
 
+def _huge(d: Path) -> Path:
+    """A member whose header claims 8 GiB, its bytes never written: refused from the header, nothing unpacked."""
+    import gzip
+    import tarfile
+
+    d.mkdir(parents=True, exist_ok=True)
+    info = tarfile.TarInfo("opkiln-0.1.0/huge.bin")
+    info.size = 8 << 30
+    path = d / "opkiln-0.1.0.tar.gz"
+    path.write_bytes(gzip.compress(info.tobuf(format=tarfile.PAX_FORMAT)))
+    return path
+
+
 BAD: dict[str, tuple[object, str]] = {
     "a local label": (lambda d: make_sdist(d, version="0.1.0+pt213cpu"), "carries a local label"),
     "another project": (lambda d: make_sdist(d, name="ringops"), "not of 'opkiln'"),
@@ -89,6 +102,7 @@ BAD: dict[str, tuple[object, str]] = {
                      d / "opkiln-0.1.0.tar.gz", "not a readable .tar.gz"),
     "a name kiln sdist never writes": (lambda d: make_sdist(d, filename="OpKiln-0.1.0.tar.gz"), "PEP 625"),
     "a zip": (lambda d: make_sdist(d, filename="opkiln-0.1.0.zip"), "not an sdist name"),
+    "members past the unpacked limit": (_huge, "add up to more than"),
 }
 
 

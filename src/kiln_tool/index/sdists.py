@@ -29,6 +29,7 @@ SAFE_SDIST_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*\.tar\.gz")
 MAX_NAME_LENGTH = 200
 MAX_MEMBERS = 200_000
 MAX_PKG_INFO_BYTES = 1 << 20
+MAX_UNPACKED_BYTES = 4 << 30  # what its members may add up to: a small .tar.gz never unpacks past it
 _PINNING = ("==", "===", "~=", "<", "<=")
 
 
@@ -121,11 +122,15 @@ def inspect_sdist(name: str, path: Path, sha256: str, size: int, project: str) -
     project, version = check_sdist_name(name, project)
     stem = name.removesuffix(".tar.gz")
     pkg_info: bytes | None = None
+    unpacked = 0
     try:
         with tarfile.open(path, mode="r:gz") as tar:
             for count, member in enumerate(tar, start=1):
                 if count > MAX_MEMBERS:
                     raise IndexInputError(f"{name}: more than {MAX_MEMBERS} members")
+                unpacked += member.size  # judged from the header, before the member is read or skipped
+                if unpacked > MAX_UNPACKED_BYTES:
+                    raise IndexInputError(f"{name}: its members add up to more than {MAX_UNPACKED_BYTES} bytes")
                 parts = member.name.split("/")
                 if parts[0] != stem or ".." in parts or member.name.startswith("/"):
                     raise IndexInputError(f"{name}: member {member.name[:100]!r} lies outside {stem}/")
