@@ -84,6 +84,12 @@ def test_pip_builds_the_released_sdist_and_kiln_verify_covers_it(published_wheel
         assert run.code == 0, run.stdout + run.stderr
         assert f"OK    sdist/{sdist.name}: sha256 matches the signed release 1" in run.stdout, run.stdout
         assert "OK    source/index.html: sha256 matches the signed release 1" in run.stdout, run.stdout
+        # The sdist as a user downloaded it, checked against the signed release like a downloaded wheel.
+        downloaded = tmp_path / "downloads" / sdist.name
+        downloaded.parent.mkdir()
+        shutil.copy(www / "opkiln" / "sdist" / sdist.name, downloaded)
+        run = kiln("verify", "--index", url, *identity, "--no-state", downloaded)
+        assert run.code == 0 and f"OK    {sdist.name}: sha256 matches the signed release 1" in run.stdout, run.stdout
 
         # The host swaps the sdist (same name, other bytes): kiln verify fails on exactly that file.
         shutil.copy(make_sdist(tmp_path / "swapped", version=version, note="swapped"),

@@ -85,12 +85,13 @@ def check_wheel(chain: Chain, wheel: Path) -> Line:
     if not wheel.is_file():
         return Line(FAIL, str(wheel), "no such file")
     sha256, _size = _file_sha256(wheel)
-    listed = [e for e in chain.head.files.values() if e.kind == "wheel" and e.filename == wheel.name]
+    kind = "sdist" if wheel.name.endswith(".tar.gz") else "wheel"  # a downloaded sdist is checked as a wheel is
+    listed = [e for e in chain.head.files.values() if e.kind == kind and e.filename == wheel.name]
     if not listed:
-        same = [e for e in chain.head.files.values() if e.kind == "wheel" and e.sha256 == sha256]
+        same = [e for e in chain.head.files.values() if e.kind == kind and e.sha256 == sha256]
         if same:
             return Line(OK, wheel.name, f"sha256 is that of {same[0].filename} in the signed release {release}")
-        return Line(FAIL, wheel.name, f"not in the signed release {release} (no wheel of that name or sha256)")
+        return Line(FAIL, wheel.name, f"not in the signed release {release} (no {kind} of that name or sha256)")
     if listed[0].sha256 != sha256:
         return Line(FAIL, wheel.name, f"sha256 {sha256[:16]}... is not the {listed[0].sha256[:16]}... of the "
                                       f"signed release {release} (another file under its name)")
