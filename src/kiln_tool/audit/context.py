@@ -63,10 +63,10 @@ class ArtifactContext:
                     dist = installed.get(name)
                     if dist is None:
                         continue
+                    # Once per distribution: dist.metadata parses the whole METADATA file anew on every access.
+                    label = f"{dist.metadata['Name']} {dist.version} (Requires-Dist: {text})"
                     for file in dist.files or []:
-                        self._dependency_files.setdefault(PurePosixPath(str(file)).name,
-                                                          f"{dist.metadata['Name']} {dist.version} "
-                                                          f"(Requires-Dist: {text})")
+                        self._dependency_files.setdefault(PurePosixPath(str(file)).name, label)
         return self._dependency_files.get(library)
 
     def uninstalled_dependencies(self) -> list[str]:

@@ -68,8 +68,19 @@ def installed_distributions(site: Path | None) -> dict[str, Any]:
     found: dict[str, Any] = {}
     for where in ([str(site)] if site is not None else []), sys.path:
         for dist in distributions(path=list(where)):
-            found.setdefault(canonicalize_name(dist.metadata["Name"] or ""), dist)
+            found.setdefault(canonicalize_name(distribution_name(dist)), dist)
     return found
+
+
+def distribution_name(dist: Any) -> str:
+    """dist.metadata["Name"] (or ""), from the metadata's header block alone: the whole text through the email
+    parser, long descriptions included, cost 0.2 s for an environment of 135 distributions."""
+    from email.parser import HeaderParser
+
+    # The files importlib.metadata reads for .metadata, in its order.
+    text = dist.read_text("METADATA") or dist.read_text("PKG-INFO") or dist.read_text("") or ""
+    # Headers end at the first empty line; what follows cannot change them.
+    return str(HeaderParser().parsestr(text.split("\n\n", 1)[0]).get("Name") or "")
 
 
 def uninstalled(requires: tuple[str, ...], arch: str, site: Path | None) -> list[str]:

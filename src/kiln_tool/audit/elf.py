@@ -55,6 +55,7 @@ def file_arch(path: Path) -> str | None:
 _DF_TEXTREL = 0x4
 _PF_X = 0x1
 _VERSYM_HIDDEN = 0x8000
+_RESERVED_VERSYM = frozenset({0, 1, 0xFF00, 0xFF01})  # pyelftools' ENUM_VERSYM: read as names, never versions
 SCAN_WINDOW = 32 << 20  # bytes searched at once by `scan`
 SCAN_OVERLAP = 8192  # longer than any path searched for: a match across a window edge is seen whole
 
@@ -96,20 +97,57 @@ class DynSymbol:
         return f"{self.name}@{self.version}" if self.version else self.name
 
 
-def _check_bounds(elf: ELFFile, size: int) -> None:
+@dataclass(frozen=True)
+class _Layout:
+    """What one pass over an ELF file's program and section headers learns: everything the audit asks of them
+    afterwards, so no later question walks the headers again (pyelftools builds a Section object per header and
+    walk: a library with 3000 sections took a second per handful of walks)."""
+
+    sections: tuple[tuple[str, str, int, int, int], ...]  # (name, sh_type, sh_flags, sh_offset, sh_size) by index
+    index_by_name: dict[str, int]  # as pyelftools' own map: the last section of a name
+    first_of_type: dict[str, Any]  # sh_type -> its first section (pyelftools' object, as the walk built it)
+    stack_flags: int | None  # p_flags of the first PT_GNU_STACK
+    has_interp: bool
+    dynamic_segment: int | None  # index of the first PT_DYNAMIC
+
+
+def _check_bounds(elf: ELFFile, size: int) -> _Layout:
+    """Every header within the file, read once; pyelftools still builds each section, so a damaged one is refused
+    here as before."""
     header = elf.header
     if header["e_phoff"] + header["e_phnum"] * header["e_phentsize"] > size:
         raise ElfInvalid(f"truncated: program headers end past the file's {size} bytes")
     if header["e_shnum"] and header["e_shoff"] + header["e_shnum"] * header["e_shentsize"] > size:
         raise ElfInvalid(f"truncated: section headers end past the file's {size} bytes")
-    for segment in elf.iter_segments():
+    stack_flags: int | None = None
+    has_interp = False
+    dynamic_segment: int | None = None
+    for index in range(elf.num_segments()):
+        # The header alone: a PT_DYNAMIC Segment object walks the sections to find its string table.
+        segment = elf._get_segment_header(index)
         if segment["p_offset"] + segment["p_filesz"] > size:
             raise ElfInvalid(f"truncated: segment {segment['p_type']} ends at "
                              f"{segment['p_offset'] + segment['p_filesz']}, past the file's {size} bytes")
-    for section in elf.iter_sections():
+        kind = segment["p_type"]
+        if kind == "PT_GNU_STACK" and stack_flags is None:
+            stack_flags = int(segment["p_flags"])
+        elif kind == "PT_INTERP":
+            has_interp = True
+        elif kind == "PT_DYNAMIC" and dynamic_segment is None:
+            dynamic_segment = index
+    rows: list[tuple[str, str, int, int, int]] = []
+    index_by_name: dict[str, int] = {}
+    first_of_type: dict[str, Any] = {}
+    for index, section in enumerate(elf.iter_sections()):
         if section["sh_type"] != "SHT_NOBITS" and section["sh_offset"] + section["sh_size"] > size:
             raise ElfInvalid(f"truncated: section {section.name or '#?'} ends at "
                              f"{section['sh_offset'] + section['sh_size']}, past the file's {size} bytes")
+        kind = str(section["sh_type"])
+        rows.append((section.name, kind, int(section["sh_flags"]), int(section["sh_offset"]),
+                     int(section["sh_size"])))
+        index_by_name[section.name] = index
+        first_of_type.setdefault(kind, section)
+    return _Layout(tuple(rows), index_by_name, first_of_type, stack_flags, has_interp, dynamic_segment)
 
 
 class ElfLibrary:
@@ -131,7 +169,10 @@ class ElfLibrary:
             raise ElfInvalid(f"not an ELF file (starts with {magic!r})")
         try:
             self.elf = ELFFile(stream)
-            _check_bounds(self.elf, size)
+            self._layout = _check_bounds(self.elf, size)
+            # pyelftools' own name map (get_dwarf_info and other callers of get_section_by_name build it with
+            # another walk of every section) is the one just made.
+            self.elf._section_name_map = self._layout.index_by_name
             elf_type = self.elf.header["e_type"]
             self.elfclass = self.elf.elfclass
             self.machine = str(self.elf.header["e_machine"])
@@ -140,8 +181,7 @@ class ElfLibrary:
         except (*CORRUPT_ELF_ERRORS, OSError) as exc:
             raise ElfInvalid(f"corrupt or truncated ELF: {exc}") from exc
         if executable and elf_type in ("ET_EXEC", "ET_DYN"):
-            self.is_executable = elf_type == "ET_EXEC" or any(
-                segment["p_type"] == "PT_INTERP" for segment in self.elf.iter_segments())
+            self.is_executable = elf_type == "ET_EXEC" or self._layout.has_interp
         elif elf_type != "ET_DYN":
             raise ElfInvalid(f"an ELF of type {elf_type}, not a shared object (ET_DYN)")
         if expect_machine is not None:
@@ -149,7 +189,7 @@ class ElfLibrary:
             if (self.elfclass, self.machine) != (want_class, want_machine):
                 raise ElfInvalid(f"foreign ELF: {self.elfclass}-bit {self.machine}, expected {want_class}-bit "
                                  f"{want_machine} for {expect_machine}")
-        if self.elf.get_section_by_name(".dynamic") is None and self._dynamic_segment() is None:
+        if self.section_by_name(".dynamic") is None and self._dynamic_segment() is None:
             raise ElfInvalid("no dynamic section: a statically linked program" if self.is_executable
                              else "no dynamic section: not a loadable shared object")
 
@@ -208,14 +248,17 @@ class ElfLibrary:
     # -- dynamic section -------------------------------------------------------------------
 
     def _dynamic_segment(self) -> Any:
-        for segment in self.elf.iter_segments():
-            if segment["p_type"] == "PT_DYNAMIC":
-                return segment
-        return None
+        index = self._layout.dynamic_segment
+        return None if index is None else self.elf.get_segment(index)
+
+    def section_by_name(self, name: str) -> Any:
+        """The section of that name (the last, as pyelftools' get_section_by_name), or None."""
+        index = self._layout.index_by_name.get(name)
+        return None if index is None else self.elf.get_section(index)
 
     @cached_property
     def _dynamic_tags(self) -> list[tuple[str, Any]]:
-        dynamic: Any = self.elf.get_section_by_name(".dynamic") or self._dynamic_segment()
+        dynamic: Any = self.section_by_name(".dynamic") or self._dynamic_segment()
         tags: list[tuple[str, Any]] = []
         for tag in dynamic.iter_tags():
             kind = tag.entry.d_tag
@@ -269,10 +312,7 @@ class ElfLibrary:
     @property
     def stack_flags(self) -> int | None:
         """p_flags of PT_GNU_STACK, or None when the segment is missing."""
-        for segment in self.elf.iter_segments():
-            if segment["p_type"] == "PT_GNU_STACK":
-                return int(segment["p_flags"])
-        return None
+        return self._layout.stack_flags
 
     @property
     def executable_stack(self) -> bool:
@@ -282,15 +322,9 @@ class ElfLibrary:
 
     # -- symbols and versions --------------------------------------------------------------
 
-    @cached_property
-    def _first_section_of_type(self) -> dict[str, Any]:
-        found: dict[str, Any] = {}
-        for section in self.elf.iter_sections():
-            found.setdefault(str(section["sh_type"]), section)
-        return found
-
     def _section_of_type(self, sh_type: str) -> Any:
-        return self._first_section_of_type.get(sh_type)
+        """The first section of that type, or None."""
+        return self._layout.first_of_type.get(sh_type)
 
     @cached_property
     def _dynsym(self) -> Any:
@@ -459,27 +493,92 @@ class ElfLibrary:
             return self._definitions_by_name.get(name, [])
         found: list[DynSymbol] = []
         for index in self._hash_chain(name):
-            raw = self._dynsym.get_symbol(index)
-            if raw.name == name and raw["st_shndx"] != "SHN_UNDEF":
-                found.append(self._symbol(index, raw))
+            entry = self._entry(index)
+            if entry is None:  # not the standard layout: pyelftools reads it
+                raw = self._dynsym.get_symbol(index)
+                if raw.name == name and raw["st_shndx"] != "SHN_UNDEF":
+                    found.append(self._symbol(index, raw))
+                continue
+            entry_name, info, other, shndx = entry
+            if entry_name != name or shndx == 0:
+                continue
+            raw_version = self._raw_version(index)
+            if raw_version is None:
+                found.append(self._symbol(index, self._dynsym.get_symbol(index)))
+                continue
+            # As _version_of: pyelftools gives the reserved indices (0, 1, 0xff00, 0xff01) as names, no version.
+            version, version_file, hidden = (None, None, False) if raw_version in _RESERVED_VERSYM \
+                else self._version_of_raw(raw_version, True)
+            found.append(DynSymbol(name=entry_name, defined=True, bind=_BINDS.get(info >> 4, str(info >> 4)),
+                                   type=_TYPES.get(info & 0xF, str(info & 0xF)),
+                                   visibility=_VISIBILITIES.get(other & 0x7, str(other & 0x7)),
+                                   version=version, version_file=version_file, version_hidden=hidden))
         return found
+
+    @cached_property
+    def _dynsym_layout(self) -> tuple[struct.Struct, int, int, int, int, int] | None:
+        """(entry struct, .dynsym offset, entry count, string table start and end, versym offset or -1) when .dynsym
+        has the standard layout and the library is mapped; None otherwise."""
+        section = self._dynsym
+        if not self.buffer or section is None:
+            return None
+        layout = struct.Struct(("<" if self.elf.little_endian else ">") + ("IBBHQQ" if self.elfclass == 64
+                                                                             else "IIIBBH"))
+        if int(section["sh_entsize"]) != layout.size or not 0 <= section["sh_link"] < self.elf.num_sections():
+            return None
+        strtab = self.elf.get_section(section["sh_link"])
+        versym = -1 if self._versym is None else int(self._versym["sh_offset"])
+        count = int(section["sh_size"]) // layout.size
+        if versym >= 0 and int(self._versym["sh_size"]) < 2 * count:
+            return None
+        return (layout, int(section["sh_offset"]), count, int(strtab["sh_offset"]),
+                int(strtab["sh_offset"]) + int(strtab["sh_size"]), versym)
+
+    def _entry(self, index: int) -> tuple[str, int, int, int] | None:
+        """(name, st_info, st_other, st_shndx) of .dynsym entry `index`, unpacked from the mapping with the name
+        decoded as pyelftools decodes it; None when pyelftools must read it (another layout, an index or a name
+        outside the tables)."""
+        layout = self._dynsym_layout
+        if layout is None or not 0 <= index < layout[2]:
+            return None
+        entry, offset, _count, str_start, str_end, _versym = layout
+        fields = entry.unpack_from(self.buffer, offset + index * entry.size)
+        if self.elfclass == 64:
+            name_at, info, other, shndx = fields[0], fields[1], fields[2], fields[3]
+        else:
+            name_at, info, other, shndx = fields[0], fields[3], fields[4], fields[5]
+        start = str_start + name_at
+        end = self.buffer.find(b"\0", start, str_end) if start < str_end else -1
+        if end < 0:
+            return None
+        return bytes(self.buffer[start:end]).decode("utf-8", errors="replace"), info, other, shndx
+
+    def _raw_version(self, index: int) -> int | None:
+        """The versym entry of `index` (0 without a versym section); None when pyelftools must read it."""
+        layout = self._dynsym_layout
+        if layout is None:
+            return None
+        if layout[5] < 0:
+            return 0
+        return int(struct.unpack_from(("<" if self.elf.little_endian else ">") + "H", self.buffer,
+                                      layout[5] + 2 * index)[0])
 
     # -- contents --------------------------------------------------------------------------
 
     def section_data(self, name: str) -> bytes | None:
-        section = self.elf.get_section_by_name(name)
+        section = self.section_by_name(name)
         if section is None or section["sh_type"] == "SHT_NOBITS":
             return None
         return bytes(section.data())
 
     def section_offset(self, name: str) -> int | None:
         """Where the section's bytes start in the file; None when absent."""
-        section = self.elf.get_section_by_name(name)
+        section = self.section_by_name(name)
         return None if section is None else int(section["sh_offset"])
 
     def section_view(self, name: str) -> memoryview | None:
         """The section's bytes without a copy (a view into the mapping); None when absent or empty of data."""
-        section = self.elf.get_section_by_name(name)
+        section = self.section_by_name(name)
         if section is None or section["sh_type"] == "SHT_NOBITS":
             return None
         offset, size = int(section["sh_offset"]), int(section["sh_size"])
@@ -489,7 +588,7 @@ class ElfLibrary:
 
     @property
     def section_names(self) -> list[str]:
-        return [s.name for s in self.elf.iter_sections()]
+        return [row[0] for row in self._layout.sections]
 
     def static_symbol_names(self, containing: bytes = b"") -> list[str]:
         """Names in .symtab (empty for stripped libraries); with `containing`, only the names holding those bytes
@@ -535,10 +634,10 @@ class ElfLibrary:
 
     def allocated_sections(self) -> Iterator[tuple[str, int, int]]:
         """(name, offset, size) of the sections with file contents."""
-        for section in self.elf.iter_sections():
-            if section["sh_type"] != "SHT_NOBITS" and section["sh_size"]:
-                yield section.name, int(section["sh_offset"]), int(section["sh_size"])
+        for name, kind, _flags, offset, size in self._layout.sections:
+            if kind != "SHT_NOBITS" and size:
+                yield name, offset, size
 
     def is_allocated(self, name: str) -> bool:
-        section = self.elf.get_section_by_name(name)
+        section = self.section_by_name(name)
         return section is not None and bool(section["sh_flags"] & SH_FLAGS.SHF_ALLOC)

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+import queue
 import re
 import tempfile
+import threading
 import zipfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from email.parser import HeaderParser
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import IO, Any
 
 from .. import kiln_wheel
 from ..safezip import SafeZip, UnsafeArchiveError
@@ -82,6 +85,51 @@ class WheelName:
                    tuple(match["abi"].split(".")), tuple(match["plat"].split(".")))
 
 
+_BATCH_BYTES = 1 << 20  # chunks handed to the writing thread at once
+_BATCHES_WAITING = 8  # at most this many batches in memory between the threads
+
+
+def _write_and_hash(chunks: Iterator[bytes], out: IO[bytes], hasher: Any) -> int:
+    """Write every chunk to `out` and into `hasher` in a second thread while this one makes the next chunks
+    (inflating and the CRC in safezip.stream, writing and hashing here: all release the GIL, so a big member takes
+    two cores, not one). Returns the bytes written; an error of either thread is raised here, after both stop."""
+    batches: queue.Queue[list[bytes] | None] = queue.Queue(maxsize=_BATCHES_WAITING)
+    failed: list[BaseException] = []
+
+    def consume() -> None:
+        while (batch := batches.get()) is not None:
+            if failed:
+                continue  # keep taking batches, so the producer never waits on a full queue
+            try:
+                for chunk in batch:
+                    out.write(chunk)
+                    hasher.update(chunk)
+            except BaseException as exc:  # raised again by the producing thread
+                failed.append(exc)
+
+    worker = threading.Thread(target=consume, name="kiln-audit-unpack", daemon=True)
+    worker.start()
+    size = 0
+    batch: list[bytes] = []
+    batch_bytes = 0
+    try:
+        for chunk in chunks:
+            size += len(chunk)
+            batch.append(chunk)
+            batch_bytes += len(chunk)
+            if batch_bytes >= _BATCH_BYTES:
+                batches.put(batch)
+                batch, batch_bytes = [], 0
+        if batch:
+            batches.put(batch)
+    finally:
+        batches.put(None)
+        worker.join()
+    if failed:
+        raise failed[0]
+    return size
+
+
 @dataclass
 class Wheel:
     """A wheel opened for auditing; small members are read once and kept, libraries unpacked to files."""
@@ -107,13 +155,9 @@ class Wheel:
                 self._tmp = tempfile.TemporaryDirectory(prefix="kiln-audit-")
             target = Path(self._tmp.name) / f"{len(self._files)}.so"
             hasher = hashlib.sha256()  # RECORD's usual hash, taken on the way (never a second read)
-            size = 0
             try:
                 with target.open("wb") as out:
-                    for chunk in self.archive.stream(member):
-                        out.write(chunk)
-                        hasher.update(chunk)
-                        size += len(chunk)
+                    size = _write_and_hash(self.archive.stream(member), out, hasher)
             except UnsafeArchiveError as exc:
                 target.unlink(missing_ok=True)
                 raise AuditInputError(f"{self.path}: cannot read {member}: {exc}") from None

@@ -9,7 +9,9 @@ from __future__ import annotations
 import fnmatch
 import json
 import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from .. import resources
@@ -44,6 +46,12 @@ class ExportRule:
     why: str
 
 
+def _any_glob(patterns: Iterable[str]) -> Callable[[str], re.Match[str] | None] | None:
+    """A match function that matches where fnmatch.fnmatchcase matches one of the patterns; None for none."""
+    translated = [f"(?:{fnmatch.translate(p)})" for p in patterns]
+    return re.compile("|".join(translated)).match if translated else None
+
+
 _HEADER_EXTENSIONS = frozenset({"h", "hh", "hpp", "hxx", "h++", "cuh", "inl", "inc", "ipp", "tcc", "tpp", "def"})
 
 
@@ -74,9 +82,9 @@ class BuildPathRule:
         stem, dot, extension = name.rpartition(".")
         source_file = (bool(dot) and bool(stem) and extension.lower() in self.source_extensions) or \
             name in self.source_files
-        build_tree = any(fnmatch.fnmatchcase(p, pattern) for p in parts[:-1] for pattern in self.build_dirs)
-        rooted = any(fnmatch.fnmatchcase(path, pattern + "/*") or fnmatch.fnmatchcase(path, pattern)
-                     for pattern in self.roots)
+        build_dir = self._build_dir_match
+        build_tree = build_dir is not None and any(build_dir(p) for p in parts[:-1])
+        rooted = self._root_match is not None and self._root_match(path) is not None
         if not (source_file or build_tree or rooted):
             return None
         if path.startswith(self.toolchain_prefixes) or not self.dependency_dirs.isdisjoint(parts[:-1]):
@@ -88,6 +96,15 @@ class BuildPathRule:
             # check_build_paths decides from every path it found (include_root).
             return "toolchain"
         return "source"
+
+    # fnmatchcase over each pattern, as one regex: classify runs for every path-like string of a library.
+    @cached_property
+    def _build_dir_match(self) -> Callable[[str], re.Match[str] | None] | None:
+        return _any_glob(self.build_dirs)
+
+    @cached_property
+    def _root_match(self) -> Callable[[str], re.Match[str] | None] | None:
+        return _any_glob([g for pattern in self.roots for g in (pattern + "/*", pattern)])
 
     @staticmethod
     def include_root(path: str) -> str | None:

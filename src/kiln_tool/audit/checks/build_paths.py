@@ -15,13 +15,14 @@ import bisect
 import fnmatch
 import posixpath
 import re
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import PurePosixPath
 
 from elftools.common.exceptions import DWARFError
 from elftools.construct import ConstructError
 
-from .. import fatbin
+from .. import dwarf_units, fatbin
 from ..context import LibraryContext
 from ..elf import CORRUPT_ELF_ERRORS, SCAN_OVERLAP, SCAN_WINDOW, Buffer, ElfLibrary
 from ..policy import BuildPathRule
@@ -157,7 +158,7 @@ def dwarf_bytes(lib: ElfLibrary) -> int:
     (SHF_COMPRESSED and .zdebug_* at their uncompressed size), and .eh_frame."""
     total = 0
     for name in (*_DWARF_SECTIONS, *(f".z{n[1:]}" for n in _DWARF_SECTIONS), ".eh_frame"):
-        section = lib.elf.get_section_by_name(name)
+        section = lib.section_by_name(name)
         if section is not None and section["sh_type"] != "SHT_NOBITS":
             total += int(getattr(section, "data_size", section["sh_size"]))
     return total
@@ -166,8 +167,7 @@ def dwarf_bytes(lib: ElfLibrary) -> int:
 def _dwarf_paths(ctx: LibraryContext, rule: BuildPathRule, found: dict[str, dict[str, set[str]]]) -> str:
     """Source paths named by debug info: DW_AT_comp_dir joined with a relative DW_AT_name, per compile
     unit (the joined path appears nowhere as a string). Returns a note when the DWARF was not read."""
-    elf = ctx.lib.elf
-    section = elf.get_section_by_name(".debug_info")
+    section = ctx.lib.section_by_name(".debug_info")
     if section is None or section["sh_type"] == "SHT_NOBITS":
         return ""
     total = dwarf_bytes(ctx.lib)
@@ -175,15 +175,11 @@ def _dwarf_paths(ctx: LibraryContext, rule: BuildPathRule, found: dict[str, dict
         return (f"its {total >> 20} MiB of DWARF (.debug_info and the sections read with it) were not read (more "
                 "than the policy's max_dwarf_bytes): only their strings were searched")
     try:
-        dwarf = elf.get_dwarf_info(relocate_dwarf_sections=False)
-        for unit in dwarf.iter_CUs():
-            top = unit.get_top_DIE()
-            name = top.attributes.get("DW_AT_name")
-            comp_dir = top.attributes.get("DW_AT_comp_dir")
-            if name is None or comp_dir is None:
+        for name, comp_dir in _unit_names(ctx.lib):
+            if name is dwarf_units.ABSENT or comp_dir is dwarf_units.ABSENT:
                 continue
-            name_text = _text(name.value)
-            directory = _text(comp_dir.value)
+            name_text = _text(name)
+            directory = _text(comp_dir)
             if not name_text or name_text.startswith("/") or not directory.startswith("/"):
                 continue
             path = posixpath.normpath(posixpath.join(directory, name_text))
@@ -193,6 +189,20 @@ def _dwarf_paths(ctx: LibraryContext, rule: BuildPathRule, found: dict[str, dict
     except _MALFORMED_DWARF:
         return "its debug info is malformed and was not read: only its strings were searched"
     return ""
+
+
+def _unit_names(lib: ElfLibrary) -> Iterator[tuple[object, object]]:
+    """(DW_AT_name, DW_AT_comp_dir) values of each compile unit's top DIE (dwarf_units.ABSENT where absent): read
+    from the mapping when dwarf_units knows the shape, else by pyelftools, whose errors propagate."""
+    fast = dwarf_units.top_names(lib)
+    if fast is not None:
+        yield from fast
+        return
+    for unit in lib.elf.get_dwarf_info(relocate_dwarf_sections=False).iter_CUs():
+        attributes = unit.get_top_DIE().attributes
+        name, comp_dir = attributes.get("DW_AT_name"), attributes.get("DW_AT_comp_dir")
+        yield (dwarf_units.ABSENT if name is None else name.value,
+               dwarf_units.ABSENT if comp_dir is None else comp_dir.value)
 
 
 def _text(value: object) -> str:
