@@ -13,12 +13,13 @@ smaller libraries; every check reads all of it (RECORD hashes, ELF parsing, the 
 
 Each run is a fresh process (`scripts/kiln audit --json W`, then `auditwheel show W`, alternating, so
 both see the same page cache and machine load, after one untimed run of each that writes both tools' bytecode
-under a private PYTHONPYCACHEPREFIX and reads the wheel into the page cache); its wall time and peak RSS
-(wait4's ru_maxrss) are measured, medians printed with the 1-minute load average over the runs (the
-machine may be shared: compare ratios at the same load). The goals (issues 20, 36, 44): peak RSS at most
-300 MB on any wheel, also one with a library of at least 400 MB and the generated >= 1 GB one (--shaped
---size-mb 1100), and kiln audit no slower than auditwheel show, which checks less. auditwheel's own exit
-status is not judged (it refuses some wheels it can still show).
+under a private PYTHONPYCACHEPREFIX and reads the wheel into the page cache); its wall time, peak RSS
+(wait4's ru_maxrss) and CPU time (user + system) are measured, medians printed with the 1-minute load
+average over the runs (the machine may be shared: compare ratios at the same load; the CPU time moves
+less). The goals (issues 20, 36, 44): peak RSS at most 300 MB on any wheel, also one with a library of at
+least 400 MB and the generated >= 1 GB one (--shaped --size-mb 1100), and kiln audit no slower than
+auditwheel show, which checks less. auditwheel's own exit status is not judged (it refuses some wheels
+it can still show).
 """
 
 from __future__ import annotations
@@ -133,13 +134,15 @@ def build_wheel(work: Path, size_mb: int, shaped: bool = False) -> Path:
     return wheel
 
 
-def measure(command: list[str], env: dict[str, str] | None = None) -> tuple[float, float, int]:
-    """(wall seconds, peak RSS in MiB, exit status) of one run of `command` in a fresh process."""
+def measure(command: list[str], env: dict[str, str] | None = None) -> tuple[float, float, int, float]:
+    """(wall seconds, peak RSS in MiB, exit status, CPU seconds: user + system, all its threads) of one run of
+    `command` in a fresh process. On a shared machine the CPU time moves far less with the load than the wall
+    time (a process waiting for a core is not charged)."""
     start = time.perf_counter()
     child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     _, status, usage = os.wait4(child.pid, 0)
     child.returncode = os.waitstatus_to_exitcode(status)
-    return time.perf_counter() - start, usage.ru_maxrss / 1024, child.returncode
+    return time.perf_counter() - start, usage.ru_maxrss / 1024, child.returncode, usage.ru_utime + usage.ru_stime
 
 
 def _auditwheel() -> str | None:
@@ -218,7 +221,7 @@ def main() -> int:
                         "auditwheel show": [auditwheel, "show", str(wheel)]}
             for command in commands.values():  # untimed: bytecode written, the wheel in the page cache for both
                 measure(command, env)
-            runs: dict[str, list[tuple[float, float, int]]] = {tool: [] for tool in commands}
+            runs: dict[str, list[tuple[float, float, int, float]]] = {tool: [] for tool in commands}
             loads = [os.getloadavg()[0]]
             for _ in range(args.repeat):
                 for tool, command in commands.items():
@@ -230,22 +233,26 @@ def main() -> int:
             print(f"{wheel.name}: {size:.1f} MiB ({unpacked:.0f} MiB unpacked; largest {_largest_member(wheel)}), "
                   f"{args.repeat} run(s) each after one untimed, alternating; 1-min load average "
                   f"{min(loads):.1f}-{max(loads):.1f}", flush=True)
-            medians, peaks = {}, {}
+            medians, peaks, cpus = {}, {}, {}
             for tool, results in runs.items():
                 times = [r[0] for r in results]
                 rss = [r[1] for r in results]
                 medians[tool] = statistics.median(times)
                 peaks[tool] = statistics.median(rss)
+                cpus[tool] = statistics.median(r[3] for r in results)
                 print(f"  {tool:16} median {statistics.median(times):7.2f} s (min {min(times):.2f}, max "
-                      f"{max(times):.2f}); peak RSS median {peaks[tool]:7.1f} MiB (max {max(rss):.1f}); exit "
-                      f"{sorted({r[2] for r in results})}")
+                      f"{max(times):.2f}), CPU {cpus[tool]:.2f} s; peak RSS median {peaks[tool]:7.1f} MiB (max "
+                      f"{max(rss):.1f}); exit {sorted({r[2] for r in results})}")
             ratio = medians["kiln audit"] / medians["auditwheel show"]
-            print(f"  kiln audit / auditwheel show: {ratio:.2f}x the time", flush=True)
-            table.append(f"| {wheel.name[:60]} | {medians['kiln audit']:.2f} s | {peaks['kiln audit']:.0f} MiB | "
-                         f"{medians['auditwheel show']:.2f} s | {peaks['auditwheel show']:.0f} MiB | {ratio:.2f}x | "
-                         f"{min(loads):.1f}-{max(loads):.1f} |")
-        print("\n| wheel | kiln audit | kiln peak RSS | auditwheel show | auditwheel peak RSS | time ratio | load |")
-        print("|---|---|---|---|---|---|---|")
+            cpu_ratio = cpus["kiln audit"] / cpus["auditwheel show"]
+            print(f"  kiln audit / auditwheel show: {ratio:.2f}x the time, {cpu_ratio:.2f}x the CPU", flush=True)
+            table.append(f"| {wheel.name[:60]} | {medians['kiln audit']:.2f} s ({cpus['kiln audit']:.2f} s CPU) | "
+                         f"{peaks['kiln audit']:.0f} MiB | {medians['auditwheel show']:.2f} s "
+                         f"({cpus['auditwheel show']:.2f} s CPU) | {peaks['auditwheel show']:.0f} MiB | {ratio:.2f}x "
+                         f"| {cpu_ratio:.2f}x | {min(loads):.1f}-{max(loads):.1f} |")
+        print("\n| wheel | kiln audit | kiln peak RSS | auditwheel show | auditwheel peak RSS | time ratio | CPU ratio "
+              "| load |")
+        print("|---|---|---|---|---|---|---|---|")
         print("\n".join(table))
     return 0
 
