@@ -10,7 +10,11 @@
   setuptools puts the libraries into the source tree, so kiln writes the guard (``<package>/_kiln/``) and the
   build info (``<package>/_build_info.json``: the torch of that venv, the libraries built, the ops they register
   once loaded) beside them, and lists both in ``.git/info/exclude`` so they are never committed. After a kernel
-  edit, run ``kiln develop`` again: only what changed is compiled.
+  edit, run ``kiln develop`` again: while the editable install stands and the build files (pyproject.toml,
+  setup.py, setup.cfg, MANIFEST.in), the venv's python and torch and kiln are those of the last full install,
+  it runs ``setup.py build_ext --inplace`` alone (one run of setup.py; ninja in ``build/editable/backend/``
+  compiles only what changed), not pip's whole editable install (three runs of setup.py, each importing torch,
+  and every file compiled again in a temporary folder, ccache aside).
 
 A later ``kiln wheels`` of a setuptools project must not take those two from the source tree: a
 ``find_packages()`` or ``package_data`` project would carry ``<package>/_kiln/`` (and a ``*.json`` glob the build
@@ -21,6 +25,8 @@ whatever the build's outcome; a build killed on the way is put right by the next
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -84,12 +90,18 @@ def develop(project: KilnProject, python: Path, log: Path) -> list[str]:
         raise DevelopError(f"{python}'s environment has no torch to build against ({exc})") from None
     env = _environment(project)
     cmd = [str(python), "-m", "pip", "install", "--no-deps", "--no-build-isolation", "-v", "-e", str(project.root)]
+    stamp, in_place = None, False
     if project.build == "kiln":
         cmd += ["-C", "editable.rebuild=true", "-C", "editable.verbose=false", "-C", f"build-dir={EDITABLE_DIR}"]
     else:
         from .backend_build import prepare
 
-        env.update(prepare(project, project.root / EDITABLE_DIR, env, fresh=False).env)
+        hardened = prepare(project, project.root / EDITABLE_DIR, env, fresh=False)
+        env.update(hardened.env)
+        stamp = _stamp(project, python, torch.version)
+        in_place = _rebuild_in_place(project, python, hardened.folder, stamp)
+        if in_place:
+            cmd = [str(python), "setup.py", "build_ext", "--inplace"]
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("w") as fh:
         fh.write(f"$ {' '.join(cmd)}\n")
@@ -99,13 +111,58 @@ def develop(project: KilnProject, python: Path, log: Path) -> list[str]:
         from .pipeline import first_error, tail
 
         shown = first_error(log) or tail(log, 15)
-        raise DevelopError(f"pip install -e failed (exit {proc.returncode}); log: {log}\n{shown}")
-    done = [f"installed {project.name} editable into {purelib} (torch {torch.version})"]
+        what = "setup.py build_ext --inplace" if in_place else "pip install -e"
+        raise DevelopError(f"{what} failed (exit {proc.returncode}); log: {log}\n{shown}")
+    if in_place:
+        done = [f"rebuilt {project.name}'s libraries in place (setup.py build_ext --inplace, ninja in "
+                f"{EDITABLE_DIR}/backend/): its editable install into {purelib} stands (torch {torch.version})"]
+    else:
+        done = [f"installed {project.name} editable into {purelib} (torch {torch.version})"]
     if project.build == "backend":
         done += _write_guard(project, python, torch, env)
+        if stamp is not None:
+            (project.root / EDITABLE_DIR / "backend" / STAMP).write_text(stamp + "\n")
     else:
         done.append(f"rebuilds on import: edit, then `import {project.package}` reruns ninja in {EDITABLE_DIR}/")
     return done
+
+
+STAMP = "kiln-develop.stamp"
+"""What the last full editable install of a backend project was made from (in ``build/editable/backend/``)."""
+
+
+def _stamp(project: KilnProject, python: Path, torch_version: str) -> str:
+    """The editable install's inputs: the project's build files, the venv's python and torch, this kiln."""
+    from . import __version__
+
+    digest = hashlib.sha256()
+    for name in ("pyproject.toml", "setup.py", "setup.cfg", "MANIFEST.in"):
+        path = project.root / name
+        digest.update(name.encode() + b"\0" + (path.read_bytes() if path.is_file() else b"-") + b"\0")
+    digest.update("\0".join([str(python), torch_version, __version__]).encode())
+    return digest.hexdigest()
+
+
+def _rebuild_in_place(project: KilnProject, python: Path, folder: Path, stamp: str) -> bool:
+    """Whether a setuptools project's next ``kiln develop`` only rebuilds its libraries (``setup.py build_ext
+    --inplace``: one run of setup.py, ninja in the build folder that persists) instead of pip's whole editable
+    install (three runs of setup.py, each importing torch, and a compile in a fresh temporary folder): when the
+    last full install was made here from the same build files, python, torch and kiln, and is still installed."""
+    recorded = folder / STAMP
+    if not (project.root / "setup.py").is_file() or not recorded.is_file() or recorded.read_text().strip() != stamp:
+        return False
+    code = ("import importlib.metadata as m, sys\n"
+            "try:\n    print(m.distribution(sys.argv[1]).read_text('direct_url.json') or '')\n"
+            "except m.PackageNotFoundError:\n    print('')\n")
+    out = subprocess.run([str(python), "-c", code, project.name], capture_output=True, text=True, timeout=120,
+                         check=False)
+    try:
+        direct = json.loads(out.stdout) if out.returncode == 0 and out.stdout.strip() else {}
+    except json.JSONDecodeError:
+        return False
+    editable = isinstance(direct, dict) and isinstance(direct.get("dir_info"), dict) \
+        and direct["dir_info"].get("editable") is True
+    return editable and direct.get("url") == project.root.as_uri()
 
 
 def _write_guard(project: KilnProject, python: Path, torch: object, env: dict[str, str]) -> list[str]:

@@ -90,7 +90,8 @@ def test_an_editable_install_imports_through_the_guard_and_rebuilds_after_an_edi
 
     kernel = root / "csrc" / "segment.cpp"
     kernel.write_text(kernel.read_text().replace("+= ps[r * row + c];", "+= 2 * ps[r * row + c];"))
-    _develop(python.parent.parent, root, "segops develop: kiln develop after a one-line kernel edit")
+    rebuilt = _develop(python.parent.parent, root, "segops develop: kiln develop after a one-line kernel edit")
+    assert "rebuilt segops's libraries in place" in rebuilt.stdout, rebuilt.stdout  # not pip's whole install
     again = run_python(python, CHECK, elsewhere)
     assert again.returncode == 0, again.stdout + again.stderr
     assert json.loads(again.stdout.strip().splitlines()[-1])["out"] == [[2.0, 2.0], [4.0, 4.0]]

@@ -1,18 +1,20 @@
 """kiln_tool.develop.develop_files_aside: a backend build (kiln wheels) never sees what `kiln develop` wrote into
 the source package (issue 42, item 8: a find_packages() project carried <package>/_kiln/ into the backend's wheel,
 which relabel refuses), and the editable install keeps them however the build ends. The real develop-then-wheels
-run is tests/adopters/test_develop.py."""
+run is tests/adopters/test_develop.py. And when a setup.py project's next `kiln develop` only rebuilds its libraries
+in place: never after a change to its build files, another python or torch, or without a full install here."""
 
 from __future__ import annotations
 
 import contextlib
+import sys
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kiln_tool.develop import ASIDE, develop_files_aside
+from kiln_tool.develop import ASIDE, STAMP, _rebuild_in_place, _stamp, develop_files_aside
 from kiln_tool.project import KilnProject, load_project
 
 PYPROJECT = ('[build-system]\nrequires = ["setuptools"]\nbuild-backend = "setuptools.build_meta"\n\n'
@@ -78,3 +80,40 @@ def test_a_tree_without_develop_files_is_untouched(tmp_path: Path) -> None:
         assert moved == []
     assert _tree(project.root / "demo") == {"__init__.py": b""}
     assert not (project.root / "build" / "b" / ASIDE).exists()
+
+
+# ---------------------------------------------------------------------------- the in-place rebuild's condition
+
+BUILD_FILES = ("pyproject.toml", "setup.py", "setup.cfg", "MANIFEST.in")
+
+
+@settings(max_examples=30, deadline=None)
+@given(changed=st.sampled_from([*BUILD_FILES, "csrc/segment.cpp", "demo/__init__.py"]), text=st.text(max_size=20))
+def test_only_a_build_file_change_makes_the_next_develop_a_full_install(
+        tmp_path_factory: pytest.TempPathFactory, changed: str, text: str) -> None:
+    project = _project(tmp_path_factory.mktemp("s") / "demo-src")
+    (project.root / "csrc").mkdir()
+    (project.root / "csrc" / "segment.cpp").write_text("int f() { return 1; }\n")
+    python = Path("/venv/bin/python")
+    before = _stamp(project, python, "2.13.0+cpu")
+    path = project.root / changed
+    old = path.read_bytes() if path.is_file() else None
+    path.write_text(text + "\n// edited\n")
+    assert path.read_bytes() != old
+    after = _stamp(project, python, "2.13.0+cpu")
+    assert (after != before) == (changed in BUILD_FILES), changed
+    assert _stamp(project, python, "2.14.1+cu130") != after, "another torch: a full install"
+    assert _stamp(project, Path("/other/bin/python"), "2.13.0+cpu") != after, "another venv: a full install"
+
+
+def test_without_a_recorded_full_install_or_a_setup_py_it_is_a_full_install(tmp_path: Path) -> None:
+    project = _project(tmp_path / "demo-src")
+    folder = tmp_path / "demo-src" / "build" / "editable" / "backend"
+    folder.mkdir(parents=True)
+    python = Path(sys.executable)
+    stamp = _stamp(project, python, "2.13.0+cpu")
+    assert not _rebuild_in_place(project, python, folder, stamp), "never installed from here"
+    (folder / STAMP).write_text(stamp + "\n")
+    assert not _rebuild_in_place(project, python, folder, stamp), "this python holds no editable install of demo"
+    (project.root / "setup.py").unlink()
+    assert not _rebuild_in_place(project, python, folder, _stamp(project, python, "2.13.0+cpu")), "no setup.py"
