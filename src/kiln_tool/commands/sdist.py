@@ -125,8 +125,12 @@ def _backend_sdist(project: KilnProject, dist: Path, log: Path) -> Path:
         raise SdistError(f"build venv {spec.name}: {exc}") from None
     env = build_environment(spec, python, project, {"KILN_SDIST": "1"})
     dist.mkdir(parents=True, exist_ok=True)
+    from ..develop import develop_files_aside
+
     with tempfile.TemporaryDirectory(prefix=".kiln-sdist-", dir=dist) as tmp:
-        with log.open("a") as fh:
+        # kiln develop's guard and build info are the maintainer's editable install, never the sdist's (the build
+        # from the sdist writes its own, and relabel refuses a package that already ships them).
+        with log.open("a") as fh, develop_files_aside(project, project.root / "build" / "sdist-build"):
             fh.write(f"$ {python} -c <build_sdist of {backend}> {tmp}\n")
             fh.flush()
             proc = subprocess.run([str(python), "-c", _BACKEND_SDIST, tmp, backend], stdout=fh,
