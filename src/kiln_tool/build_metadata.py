@@ -29,6 +29,7 @@ from .matrix_data import MatrixError, load_matrix
 from .project import KilnProject, ProjectError, current_project
 from .torch_probe import TorchInstall, find_torch
 from .variant import BuildVariant, resolve_variant, torch_requirement, wheel_version
+from .wheel_settings import exclude_sources_in_build
 
 SDIST_ENV = "KILN_SDIST"
 
@@ -62,6 +63,10 @@ def build_version(project: KilnProject, torch: TorchInstall, variant: BuildVaria
 def dynamic_metadata(settings: Mapping[str, Any], project: Mapping[str, Any]) -> dict[str, Any]:
     del settings, project
     kiln = current_project()
+    if kiln.build == "kiln":
+        # The build's wheel leaves the C/C++/CUDA sources out unless the table ships them: pip wheel ., python -m
+        # build and the adopter's own cibuildwheel pass no exclusion of their own (kiln_tool.wheel_settings).
+        exclude_sources_in_build(kiln.ship_sources)
     if kiln.version is None:
         raise ProjectError(["tool.kiln: the metadata provider needs the base version (version or version-file)"])
     if os.environ.get(SDIST_ENV, "").strip() == "1":

@@ -21,7 +21,6 @@ ENTRY_POINTS: dict[str, dict[str, str]] = {
     "console_scripts": {"kiln": "kiln_tool.cli:main"},
     "cmake.prefix": {"Kiln": "kiln_tool"},
     "dynamic_metadata.provider": {"kiln": "kiln_tool.build_metadata"},
-    "scikit-build-core.config.override": {"kiln": "kiln_tool.wheel_settings:provider"},
 }
 """The entry points of the torch-kiln distribution (packaging/kiln/pyproject.toml declares the same; a test
 holds them equal): what a build that has kiln on its path without the installed wheel is offered too."""

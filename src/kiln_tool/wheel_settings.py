@@ -1,24 +1,20 @@
-"""kiln's scikit-build-core settings provider: a kiln build's wheel leaves the C, C++ and CUDA sources out.
+"""A kiln build's wheel leaves the C, C++ and CUDA sources out, however scikit-build-core is run.
 
 scikit-build-core's ``wheel.packages`` copies a package folder whole, and many op libraries keep their kernels
 inside it (``mmcv/ops/csrc``, ``torchvision/csrc``). ``kiln wheels`` and ``kiln cibuildwheel`` pass the exclusion
-themselves, but an adopter also builds with ``pip wheel .``, ``python -m build``, ``pip install .`` or a
-cibuildwheel configuration of its own, where kiln passes nothing. So the torch-kiln distribution installs this
-function under scikit-build-core's ``scikit-build-core.config.override`` entry-point group: every scikit-build-core
-build in an environment that holds kiln (its build requirements name torch-kiln, or the maintainer's venv has it
-for ``--no-build-isolation``) calls it, and for a project with a ``[tool.kiln]`` table that builds with kiln's
-CMake API it adds ``SOURCE_PATTERNS`` to the project's own ``wheel.exclude``. The table's ``ship-sources = true``
-keeps the sources in; any other project gets nothing from here.
+themselves (``wheel_exclude``: the project's own list, after its matching overrides, plus ``SOURCE_PATTERNS``), but an
+adopter also builds with ``pip wheel .``, ``python -m build``, ``pip install .`` or a cibuildwheel configuration of
+its own, where kiln passes nothing. What every one of those runs is kiln's dynamic-metadata provider
+(``[[tool.dynamic-metadata]] provider = "kiln"``, kiln_tool.build_metadata), inside scikit-build-core's build and
+before the wheel's files are chosen; it calls ``exclude_sources_in_build``, which adds ``SOURCE_PATTERNS`` to that
+build's own settings (``settings.wheel.exclude``, the list scikit-build-core then filters the package files and the
+wheel with). The table's ``ship-sources = true`` keeps the sources in.
 
-An override-level list replaces the project's whole (scikit-build-core takes a list from its highest source), so
-the returned list is the project's own ``wheel.exclude``, after the project's ``[[tool.scikit-build.overrides]]``
-that match this build where scikit-build-core can evaluate them, and then kiln's patterns. A per-build
-``-C wheel.exclude=...`` or ``SKBUILD_WHEEL_EXCLUDE`` still wins, as scikit-build-core documents for every
-entry-point provider (``kiln wheels`` and ``kiln cibuildwheel`` give the same list that way).
+Not an entry point of scikit-build-core's ``scikit-build-core.config.override`` group, which would say the same with
+less reaching: pip on Python 3.10 reads a wheel's entry points with pkg_resources, which refuses that group's name
+(``Invalid group name``), so torch-kiln could no longer be installed there.
 
-Standard library only (and tomli on Python 3.10, which scikit-build-core itself requires there); the build's
-current folder is the project's (scikit-build-core reads ``pyproject.toml`` from it). It never raises: a
-pyproject it cannot read is scikit-build-core's to report.
+Standard library only.
 """
 
 from __future__ import annotations
@@ -27,20 +23,13 @@ import copy
 import importlib
 import sys
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
 
 SOURCE_PATTERNS = ("*.c", "*.cc", "*.cpp", "*.cxx", "*.cu", "*.h", "*.hh", "*.hpp", "*.cuh")
 """What a kiln build's wheel leaves out unless tool.kiln.ship-sources (gitignore syntax, as wheel.exclude reads
 it): the C, C++ and CUDA sources and headers a package folder may hold beside its Python files."""
 
 SCIKIT_BUILD_BACKEND = "scikit_build_core.build"
-MAX_PYPROJECT_BYTES = 1 << 20
 
 
 def _own_exclude(skbuild: dict[str, Any], state: str, env: Mapping[str, str] | None) -> list[str] | None:
@@ -85,20 +74,24 @@ def wheel_exclude(pyproject: dict[str, Any], state: str = "wheel",
     return [*own, *(p for p in SOURCE_PATTERNS if p not in own)]
 
 
-def provider(state: str = "wheel", env: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """The ``scikit-build-core.config.override`` entry point: ``{"wheel": {"exclude": [...]}}`` for a kiln build
-    of the project in the current folder, else ``{}``."""
-    path = Path("pyproject.toml")
-    try:
-        with path.open("rb") as fh:
-            raw = fh.read(MAX_PYPROJECT_BYTES + 1)
-        if len(raw) > MAX_PYPROJECT_BYTES:
-            return {}
-        document = tomllib.loads(raw.decode("utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
-        return {}
-    patterns = wheel_exclude(document, state, env)
-    return {} if patterns is None else {"wheel": {"exclude": patterns}}
+def exclude_sources_in_build(ship_sources: bool) -> bool:
+    """Add ``SOURCE_PATTERNS`` to the ``wheel.exclude`` of the scikit-build-core build that called us (its settings
+    object, found among the callers' locals: ``get_standard_metadata(pyproject, settings)`` holds it), unless
+    ``ship_sources``. True when that build's list holds them now; False outside such a build."""
+    if ship_sources:
+        return False
+    frame = sys._getframe(1)
+    while frame is not None:
+        settings = frame.f_locals.get("settings")
+        kind = type(settings)
+        if kind.__name__ == "ScikitBuildSettings" and kind.__module__.startswith("scikit_build_core."):
+            exclude = getattr(getattr(settings, "wheel", None), "exclude", None)
+            if not isinstance(exclude, list):
+                return False
+            exclude.extend(p for p in SOURCE_PATTERNS if p not in exclude)
+            return True
+        frame = frame.f_back  # type: ignore[assignment]
+    return False
 
 
-__all__ = ["SOURCE_PATTERNS", "provider", "wheel_exclude"]
+__all__ = ["SOURCE_PATTERNS", "exclude_sources_in_build", "wheel_exclude"]

@@ -4,9 +4,9 @@ Many op libraries keep their kernels inside the package folder (mmcv/ops/csrc, t
 scikit-build-core's `wheel.packages` copies that whole folder into the wheel: the .cpp, .cu and headers went
 out with every wheel. Here ringops is laid out that way (ringops/csrc/); every C, C++ and CUDA source and header
 stays out, the project's own wheel.exclude holds, and `ship-sources = true` puts them back, both for `kiln wheels`
-and for the adopter's own `pip wheel --no-build-isolation .` (kiln's settings provider, kiln_tool.wheel_settings,
-reached through the entry point of the torch-kiln installed in the maintainer's venv; before, only kiln wheels
-passed the exclusion and a plain build shipped ringops/csrc/). The kiln wheels clone links the session ringops
+and for the adopter's own `pip wheel --no-build-isolation .` (kiln's metadata provider, which ringops names, adds the
+patterns to the build's own settings: kiln_tool.wheel_settings; before, only kiln wheels passed the exclusion and a
+plain build shipped ringops/csrc/). The kiln wheels clone links the session ringops
 clone's build venvs, the plain builds share the session's maintainer venv and one build folder: two incremental
 builds (~40 s each at load 8) and two plain ones (31 s + 10 s at load 7).
 """
@@ -85,7 +85,7 @@ def test_the_wheel_leaves_the_sources_out_unless_the_table_ships_them(kiln_tool:
 
 def _pip_wheel(python: Path, root: Path, dist: Path, timing: str) -> set[str]:
     """The adopter's own `pip wheel --no-build-isolation .` in its venv: nothing of kiln's command line, only the
-    torch-kiln installed there (its entry points: CMake package, metadata and settings providers)."""
+    torch-kiln installed there (its entry points: the CMake package and the metadata provider)."""
     with timed(timing):
         proc = subprocess.run([str(python), "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-w", str(dist),
                                "-C", "build-dir=build/plain", "."], cwd=root, env=adopter_env(python.parent),

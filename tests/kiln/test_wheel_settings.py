@@ -1,7 +1,6 @@
-"""kiln_tool.wheel_settings: the settings kiln gives every scikit-build-core build through the entry point torch-kiln
-installs (issue 42, item 8): a kiln build's wheel.exclude is the project's own plus the C/C++/CUDA sources, unless
-the table ships them; scikit-build-core's own SettingsReader applies it above pyproject.toml. The real build (a
-plain `pip wheel .` of ringops) is tests/adopters/test_no_sources.py."""
+"""kiln_tool.wheel_settings (issue 42, item 8): a kiln build's wheel.exclude is the project's own plus the C/C++/CUDA
+sources unless the table ships them, as kiln wheels passes it and as kiln's metadata provider adds it inside any
+scikit-build-core build. The real build (a plain `pip wheel .` of ringops) is tests/adopters/test_no_sources.py."""
 
 from __future__ import annotations
 
@@ -14,8 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kiln_tool import resources
-from kiln_tool.wheel_settings import SOURCE_PATTERNS, provider, wheel_exclude
+from kiln_tool.wheel_settings import SOURCE_PATTERNS, exclude_sources_in_build, wheel_exclude
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -65,44 +63,41 @@ def test_the_projects_matching_overrides_are_applied_before_kiln_adds_its_patter
     assert wheel_exclude(_doc(text), env={"KILN_TEST_FLAVOUR": "docs"}) == ["*.md", *SOURCE_PATTERNS]
 
 
-def test_the_provider_reads_the_current_folders_pyproject_and_never_raises(tmp_path: Path,
-                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(tmp_path)
-    assert provider("wheel", {}) == {}, "no pyproject.toml: another tool's build"
-    (tmp_path / "pyproject.toml").write_text(SKBUILD + KILN + "[tool.scikit-build\n")
-    assert provider("wheel", {}) == {}, "a broken pyproject is scikit-build-core's to report"
-    (tmp_path / "pyproject.toml").write_bytes(b"\xff\xfe[tool.kiln]\n")
-    assert provider("wheel", {}) == {}
-    (tmp_path / "pyproject.toml").write_text(SKBUILD + '[project]\nname = "p"\nversion = "0.1"\n\n' + KILN
-                                             + '[tool.scikit-build]\nwheel.exclude = ["*.txt"]\n')
-    assert provider("wheel", {}) == {"wheel": {"exclude": ["*.txt", *SOURCE_PATTERNS]}}
+PROVIDER = """
+from kiln_tool.wheel_settings import exclude_sources_in_build
+
+def dynamic_metadata(settings, project):
+    found = exclude_sources_in_build(settings.get("ship", False))
+    return {"version": "1.0" if found else "0.0"}
+"""
 
 
-def test_scikit_build_cores_settings_take_it_above_the_pyproject_and_below_config_settings(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The group and the call scikit-build-core makes: its SettingsReader with kiln's entry point registered."""
-    from scikit_build_core.settings import _load_entrypoint_config as loader
+@pytest.mark.parametrize("ship", [False, True])
+def test_the_metadata_provider_extends_the_exclude_list_of_the_scikit_build_core_build_that_runs_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ship: bool) -> None:
+    """scikit-build-core's own SettingsReader and get_standard_metadata, as every build path runs them, with a
+    provider that calls what kiln's metadata provider calls: the build's settings object gains the patterns."""
+    from scikit_build_core.build.metadata import get_standard_metadata
     from scikit_build_core.settings.skbuild_read_settings import SettingsReader
 
-    (group, points), = ((g, p) for g, p in resources.ENTRY_POINTS.items() if g == loader.GROUP_OVERRIDE)
-    module, _, attr = points["kiln"].partition(":")
-
-    class EntryPoint:
-        name = "kiln"
-        dist = None
-
-        def load(self) -> object:
-            return getattr(__import__(module, fromlist=[attr]), attr)
-
-    monkeypatch.setattr(loader.metadata, "entry_points",
-                        lambda *, group: [EntryPoint()] if group == loader.GROUP_OVERRIDE else [])
-    monkeypatch.chdir(tmp_path)
-    text = (SKBUILD + '[project]\nname = "p"\nversion = "0.1"\n\n' + KILN
-            + '[tool.scikit-build]\nwheel.exclude = ["*.txt"]\n')
+    (tmp_path / "probe_provider.py").write_text(PROVIDER)
+    text = (SKBUILD + '[project]\nname = "p"\ndynamic = ["version"]\n\n'
+            '[[tool.dynamic-metadata]]\nprovider = { path = ".", module = "probe_provider" }\n'
+            f'ship = {str(ship).lower()}\n\n'
+            + KILN + '[tool.scikit-build]\nwheel.exclude = ["*.txt"]\n')
     (tmp_path / "pyproject.toml").write_text(text)
+    monkeypatch.chdir(tmp_path)
     env = {k: v for k, v in os.environ.items() if not k.startswith("SKBUILD_")}
-    read = SettingsReader(_doc(text), {}, state="wheel", env=env)
-    assert read.settings.wheel.exclude == ["*.txt", *SOURCE_PATTERNS]
-    given_per_build = SettingsReader(_doc(text), {"wheel.exclude": "*.md"}, state="wheel", env=env)
-    assert given_per_build.settings.wheel.exclude == ["*.md"], "a per-build -C still wins"
-    assert group == "scikit-build-core.config.override"
+    settings_ = SettingsReader(_doc(text), {}, state="wheel", env=env).settings
+    assert settings_.wheel.exclude == ["*.txt"]
+    metadata = get_standard_metadata(_doc(text), settings_, build_state="wheel")
+    if ship:
+        assert str(metadata.version) == "0.0" and settings_.wheel.exclude == ["*.txt"]
+    else:
+        assert str(metadata.version) == "1.0" and settings_.wheel.exclude == ["*.txt", *SOURCE_PATTERNS]
+
+
+def test_outside_a_scikit_build_core_build_nothing_is_touched() -> None:
+    settings = {"wheel": {"exclude": ["*.txt"]}}  # a local of that name, but not scikit-build-core's settings
+    assert exclude_sources_in_build(False) is False
+    assert settings == {"wheel": {"exclude": ["*.txt"]}}
