@@ -2,7 +2,7 @@
 
 scikit-build-core's ``wheel.packages`` copies a package folder whole, and many op libraries keep their kernels
 inside it (``mmcv/ops/csrc``, ``torchvision/csrc``). ``kiln wheels`` and ``kiln cibuildwheel`` pass the exclusion
-themselves (``wheel_exclude``: the project's own list, after its matching overrides, plus ``SOURCE_PATTERNS``), but an
+themselves (``-C wheel.exclude=``: the project's own list plus ``SOURCE_PATTERNS``), but an
 adopter also builds with ``pip wheel .``, ``python -m build``, ``pip install .`` or a cibuildwheel configuration of
 its own, where kiln passes nothing. What every one of those runs is kiln's dynamic-metadata provider
 (``[[tool.dynamic-metadata]] provider = "kiln"``, kiln_tool.build_metadata), inside scikit-build-core's build and
@@ -19,59 +19,11 @@ Standard library only.
 
 from __future__ import annotations
 
-import copy
-import importlib
 import sys
-from collections.abc import Mapping
-from typing import Any
 
 SOURCE_PATTERNS = ("*.c", "*.cc", "*.cpp", "*.cxx", "*.cu", "*.h", "*.hh", "*.hpp", "*.cuh")
 """What a kiln build's wheel leaves out unless tool.kiln.ship-sources (gitignore syntax, as wheel.exclude reads
 it): the C, C++ and CUDA sources and headers a package folder may hold beside its Python files."""
-
-SCIKIT_BUILD_BACKEND = "scikit_build_core.build"
-
-
-def _own_exclude(skbuild: dict[str, Any], state: str, env: Mapping[str, str] | None) -> list[str] | None:
-    """The project's ``wheel.exclude`` for this build: its overrides applied by scikit-build-core's own code when
-    that can be had (else the static table's). None when it is not a list of strings (scikit-build-core says so)."""
-    table = copy.deepcopy(skbuild)
-    table.pop("config-setting", None)
-    try:
-        # By name: only a scikit-build-core build calls this, and it has scikit-build-core; kiln's own commands
-        # never do (kiln_tool.bootstrap's scan of what they import leaves it out).
-        overrides = importlib.import_module("scikit_build_core.settings.skbuild_overrides")
-        overrides.process_overrides(table, state=state, retry=False, env=env)
-    except (Exception, SystemExit):  # another scikit-build-core, or overrides it refuses (it says so itself)
-        table = copy.deepcopy(skbuild)
-    wheel = table.get("wheel", {})
-    patterns = wheel.get("exclude", []) if isinstance(wheel, dict) else []
-    if not isinstance(patterns, list) or not all(isinstance(p, str) for p in patterns):
-        return None
-    return patterns
-
-
-def wheel_exclude(pyproject: dict[str, Any], state: str = "wheel",
-                  env: Mapping[str, str] | None = None) -> list[str] | None:
-    """The ``wheel.exclude`` a build of ``pyproject`` gets from kiln, or None when kiln has nothing to say (not a
-    kiln build, ``ship-sources = true``, an sdist, or a table scikit-build-core or kiln will refuse anyway)."""
-    if state == "sdist":
-        return None
-    tool = pyproject.get("tool")
-    kiln = tool.get("kiln") if isinstance(tool, dict) else None
-    if not isinstance(kiln, dict):
-        return None
-    build_system = pyproject.get("build-system")
-    backend = build_system.get("build-backend") if isinstance(build_system, dict) else None
-    if kiln.get("build", "kiln" if backend == SCIKIT_BUILD_BACKEND else "backend") != "kiln":
-        return None
-    if kiln.get("ship-sources", False) is not False:
-        return None  # true ships them; anything else is refused by the table's schema before a wheel is made
-    skbuild = tool.get("scikit-build", {}) if isinstance(tool, dict) else {}
-    own = _own_exclude(skbuild if isinstance(skbuild, dict) else {}, state, env)
-    if own is None:
-        return None
-    return [*own, *(p for p in SOURCE_PATTERNS if p not in own)]
 
 
 def exclude_sources_in_build(ship_sources: bool) -> bool:
@@ -94,4 +46,4 @@ def exclude_sources_in_build(ship_sources: bool) -> bool:
     return False
 
 
-__all__ = ["SOURCE_PATTERNS", "exclude_sources_in_build", "wheel_exclude"]
+__all__ = ["SOURCE_PATTERNS", "exclude_sources_in_build"]

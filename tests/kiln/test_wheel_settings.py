@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kiln_tool.wheel_settings import SOURCE_PATTERNS, exclude_sources_in_build, wheel_exclude
+from kiln_tool.wheel_settings import SOURCE_PATTERNS, exclude_sources_in_build
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -31,36 +31,17 @@ def _doc(text: str) -> dict[str, Any]:
 
 @settings(max_examples=60, deadline=None)
 @given(own=st.lists(st.one_of(PATTERN, st.sampled_from(SOURCE_PATTERNS)), max_size=6, unique=True))
-def test_the_projects_own_patterns_come_first_and_every_source_pattern_is_added_once(own: list[str]) -> None:
-    doc = _doc(SKBUILD + KILN)
-    doc["tool"]["scikit-build"] = {"wheel": {"exclude": own}}
-    got = wheel_exclude(doc, env={})
-    assert got is not None
+def test_the_builds_own_patterns_come_first_and_every_source_pattern_is_added_once(own: list[str]) -> None:
+    from scikit_build_core.settings.skbuild_model import ScikitBuildSettings
+
+    settings = ScikitBuildSettings()
+    settings.wheel.exclude = list(own)
+    assert exclude_sources_in_build(False) is True
+    got = settings.wheel.exclude
     assert got[:len(own)] == own
     assert set(got) == set(own) | set(SOURCE_PATTERNS) and len(got) == len(set(got))
-
-
-@pytest.mark.parametrize(("text", "why"), [
-    (SKBUILD, "no [tool.kiln]: not kiln's project"),
-    (SKBUILD + KILN + "ship-sources = true\n", "the table ships its sources"),
-    (SKBUILD + KILN + 'build = "backend"\n', "the project's own backend builds it"),
-    ('[build-system]\nbuild-backend = "setuptools.build_meta"\n\n' + KILN, "a setup.py project: build is backend"),
-    (SKBUILD + KILN + '[tool.scikit-build]\nwheel.exclude = "*.txt"\n', "not a list: scikit-build-core says so"),
-])
-def test_kiln_says_nothing_where_it_does_not_build_or_the_table_ships_sources(text: str, why: str) -> None:
-    assert wheel_exclude(_doc(text), env={}) is None, why
-
-
-def test_an_sdist_is_left_alone() -> None:
-    assert wheel_exclude(_doc(SKBUILD + KILN), state="sdist", env={}) is None
-    assert wheel_exclude(_doc(SKBUILD + KILN), state="editable", env={}) == list(SOURCE_PATTERNS)
-
-
-def test_the_projects_matching_overrides_are_applied_before_kiln_adds_its_patterns() -> None:
-    text = (SKBUILD + KILN + '[tool.scikit-build]\nwheel.exclude = ["*.txt"]\n\n'
-            '[[tool.scikit-build.overrides]]\nif.env.KILN_TEST_FLAVOUR = "docs"\nwheel.exclude = ["*.md"]\n')
-    assert wheel_exclude(_doc(text), env={}) == ["*.txt", *SOURCE_PATTERNS]
-    assert wheel_exclude(_doc(text), env={"KILN_TEST_FLAVOUR": "docs"}) == ["*.md", *SOURCE_PATTERNS]
+    settings.wheel.exclude = list(own)
+    assert exclude_sources_in_build(True) is False and settings.wheel.exclude == own, "ship-sources: untouched"
 
 
 PROVIDER = """
