@@ -458,7 +458,7 @@ def generate(project: KilnProject, matrix: Matrix, version: str) -> dict[str, An
     if project.build == "kiln":
         table["environment"] = dict(CCACHE_LAUNCHERS)
         if not project.ship_sources:  # as kiln wheels does: the project's own wheel.exclude and the sources
-            from ..pipeline import SOURCE_PATTERNS
+            from ..wheel_settings import SOURCE_PATTERNS
 
             table["environment"]["SKBUILD_WHEEL_EXCLUDE"] = ";".join([*project.wheel_exclude, *SOURCE_PATTERNS])
     table["environment-pass"] = [*KILN_PASSED, *ALSO_PASSED]
