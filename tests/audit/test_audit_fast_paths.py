@@ -282,9 +282,9 @@ def test_distribution_names_are_their_metadata() -> None:
 
 @settings(max_examples=60, deadline=None)
 @given(chunks=st.lists(st.binary(max_size=3000), max_size=40), batch=st.integers(1, 5000),
-       fail_at=st.one_of(st.none(), st.integers(0, 45)), writer_fails=st.booleans())
+       fail_at=st.one_of(st.none(), st.integers(0, 45)), writer_fails=st.booleans(), threaded=st.booleans())
 def test_unpacking_thread_writes_and_hashes_every_chunk(chunks: list[bytes], batch: int, fail_at: int | None,
-                                                        writer_fails: bool) -> None:
+                                                        writer_fails: bool, threaded: bool) -> None:
     # library_file writes and hashes in a second thread: the file and hash are the bytes in order, and an error
     # of either side (a bad CRC in the stream, a full disk) reaches the caller after both threads stop.
     import hashlib
@@ -311,7 +311,7 @@ def test_unpacking_thread_writes_and_hashes_every_chunk(chunks: list[bytes], bat
     original = inputs._BATCH_BYTES
     inputs._BATCH_BYTES = batch
     try:
-        size = inputs._write_and_hash(stream(), out, hasher)
+        size = inputs._write_and_hash(stream(), out, hasher, threaded=threaded)
     except Broken:
         assert fail_at is not None
         return

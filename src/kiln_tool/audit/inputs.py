@@ -86,13 +86,24 @@ class WheelName:
 
 
 _BATCH_BYTES = 1 << 20  # chunks handed to the writing thread at once
+# Smaller members are written and hashed in line: a thread's start and join (~1 ms) outweigh what it saves, and a
+# wheel may hold thousands of small libraries (torch_npu: 2559).
+_THREADED_FROM_BYTES = 16 << 20
 _BATCHES_WAITING = 8  # at most this many batches in memory between the threads
 
 
-def _write_and_hash(chunks: Iterator[bytes], out: IO[bytes], hasher: Any) -> int:
-    """Write every chunk to `out` and into `hasher` in a second thread while this one makes the next chunks
-    (inflating and the CRC in safezip.stream, writing and hashing here: all release the GIL, so a big member takes
-    two cores, not one). Returns the bytes written; an error of either thread is raised here, after both stop."""
+def _write_and_hash(chunks: Iterator[bytes], out: IO[bytes], hasher: Any, *, threaded: bool = True) -> int:
+    """Write every chunk to `out` and into `hasher`; threaded, in a second thread while this one makes the next
+    chunks (inflating and the CRC in safezip.stream, writing and hashing here: all release the GIL, so a big member
+    takes two cores, not one). Returns the bytes written; an error of either thread is raised here, after both
+    stop."""
+    if not threaded:
+        size = 0
+        for chunk in chunks:
+            out.write(chunk)
+            hasher.update(chunk)
+            size += len(chunk)
+        return size
     batches: queue.Queue[list[bytes] | None] = queue.Queue(maxsize=_BATCHES_WAITING)
     failed: list[BaseException] = []
 
@@ -157,7 +168,9 @@ class Wheel:
             hasher = hashlib.sha256()  # RECORD's usual hash, taken on the way (never a second read)
             try:
                 with target.open("wb") as out:
-                    size = _write_and_hash(self.archive.stream(member), out, hasher)
+                    info = self.infos.get(member)
+                    size = _write_and_hash(self.archive.stream(member), out, hasher,
+                                           threaded=info is not None and info.file_size >= _THREADED_FROM_BYTES)
             except UnsafeArchiveError as exc:
                 target.unlink(missing_ok=True)
                 raise AuditInputError(f"{self.path}: cannot read {member}: {exc}") from None
