@@ -120,7 +120,7 @@ def test_release_merges_onto_the_published_site_and_never_replaces_a_wheel() -> 
     assert not any("gh release upload" in t or "gh release create" in t for t in index + release)
     assert all("--clobber" not in t for t in index + release)
     assert wf["jobs"]["deploy"]["needs"] == ["index", "attest"]
-    assert wf["jobs"]["index"]["needs"] == "build"
+    assert wf["jobs"]["index"]["needs"] == ["build", "sdist"]
     assert all(wf["jobs"][j]["if"] == "inputs.release" for j in ("index", "attest", "deploy"))
     # opkiln's release is a call of it, as an adopter's is: both modes, its storage, the permissions granted.
     caller = workflow("release.yml")

@@ -25,6 +25,7 @@ RUN_BY = {
     "scripts/kiln index": "tests/workflows/test_release_pipeline.py",
     "scripts/kiln torch-abi": "tests/workflows/test_release_pipeline.py",
     "scripts/kiln release": "tests/workflows/test_release_pipeline.py",
+    "scripts/kiln sdist": "tests/adopters/test_sdist.py",
     "scripts/kiln torch-runtime": "tests/containers/test_torch_runtime.py",
     "scripts/kiln cibuildwheel": "tests/workflows/test_reusable_workflow.py",
     "scripts/kiln verify": "tests/signing/test_attacks.py",
