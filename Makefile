@@ -24,6 +24,8 @@ VENV_FOR = $(PYTHON) scripts/kiln venv $(VENV) --python $(PYTHON) -r $(KILN_DATA
 VARIANT ?= cpu
 MATRIX ?=
 PYTEST_ARGS ?=
+# make test's two pytest processes print their slowest tests (where CI's time goes) and keep a JUnit report.
+LANE_PYTEST_ARGS = --durations=25 --junitxml=build/junit-$(1).xml
 
 .PHONY: help venv dev-venv bench-venv build-venvs setup wheels test system-deps system-deps-build suite lint repro bench gpu-carry clean cibuildwheel release-rehearsal adopter-rehearsal container-repro compile-cost
 
@@ -88,13 +90,14 @@ wheels: system-deps-build venv
 #   adopting kiln), then the reproducibility of the container build;
 # - every local wheel (`kiln wheels --matrix local`), then the suite in two pytest processes: the
 #   projects adopting kiln and the guard that runs on them (tests/adopters, tests/guard: they share the
-#   session's fixture builds), and the rest.
+#   session's fixture builds) with the adding-an-op walk (its own tree: it evens the two processes out), and
+#   the rest.
 # scripts/ci/phases.py prefixes each lane's lines and prints the phase table at the end (CI_PHASES). A
 # lane's failure fails make test; the other lanes still run to their end, so one run reports them all.
 # `make suite` is the same suite in one process.
 CI_PHASES ?= build/ci-phases.jsonl
 PHASE = $(PYTHON) scripts/ci/phases.py run --log $(CI_PHASES)
-ADOPTER_TESTS := tests/adopters tests/guard
+ADOPTER_TESTS := tests/adopters tests/guard tests/docs/test_adding_an_op_doc.py
 test: setup kiln-wheel
 	rm -f $(CI_PHASES)
 	$(MAKE) --no-print-directory -j3 -k test-container-lane test-suite-lane test-adopters-lane || \
@@ -106,10 +109,11 @@ test-wheels:
 	$(PHASE) suite wheels -- $(KILN) wheels --matrix local --install-into $(VENV)
 
 test-suite-lane: test-wheels
-	$(PHASE) suite pytest -- $(VPY) -m pytest $(foreach d,$(ADOPTER_TESTS),--ignore=$(d)) $(PYTEST_ARGS)
+	$(PHASE) suite pytest -- $(VPY) -m pytest $(foreach d,$(ADOPTER_TESTS),--ignore=$(d)) \
+	  $(call LANE_PYTEST_ARGS,suite) $(PYTEST_ARGS)
 
 test-adopters-lane: test-wheels
-	$(PHASE) adopters pytest -- $(VPY) -m pytest $(ADOPTER_TESTS) $(PYTEST_ARGS)
+	$(PHASE) adopters pytest -- $(VPY) -m pytest $(ADOPTER_TESTS) $(call LANE_PYTEST_ARGS,adopters) $(PYTEST_ARGS)
 
 # The adopter's rehearsal gets a tool wheel of its own folder: the suite reads dist/kiln/ meanwhile.
 test-container-lane:
@@ -154,7 +158,7 @@ bench: bench-venv
 # opkiln wheel); TV_CLASSES=PSRoIAlign,PSRoIPool narrows it. See docs/torchvision-compat.md.
 .PHONY: torchvision-suite
 TV_PYTHON ?= $(VPY)
-TV_CLASSES ?= NMS,RoIAlign,RoIPool,PSRoIAlign,PSRoIPool
+TV_CLASSES ?= NMS,RoIAlign,RoIPool,PSRoIAlign,PSRoIPool,DeformConv
 torchvision-suite:
 	@test -n "$(TV_TESTS)" || { echo "make torchvision-suite: set TV_TESTS to torchvision's test/ folder" >&2; exit 2; }
 	$(TV_PYTHON) tests/tv_suite/torchvision_suite.py --tests "$(TV_TESTS)" --python "$(TV_PYTHON)" --classes "$(TV_CLASSES)"
@@ -224,7 +228,7 @@ adopter-rehearsal: dev-venv kiln-wheel
 	wheel="$$(ls $(abspath $(KILN_WHEEL_DIR))/torch_kiln-*.whl)"; \
 	$(KILN) -C $(ADOPTER) cibuildwheel --base $(CONTAINER_BASE) --kiln-wheel "$$wheel" \
 	  --out $(abspath build/adopter-wheelhouse) --logs $(abspath build/adopter-cibuildwheel) && \
-	$(KILN) -C $(ADOPTER) release-rehearsal --base $(CONTAINER_BASE) --kiln-wheel "$$wheel" \
+	$(KILN) -C $(ADOPTER) release-rehearsal --base $(CONTAINER_BASE) \
 	  --wheels $(abspath build/adopter-wheelhouse) --work $(abspath build/adopter-rehearsal)
 
 # REPRO_AGAINST: wheels of an earlier kiln cibuildwheel of this same tree standing for the first build (make
