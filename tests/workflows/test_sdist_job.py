@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import fnmatch
 import glob
+import json
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -123,7 +124,7 @@ def test_no_sdist_downloaded_no_sdist_option(tmp_path: Path) -> None:
     assert args is not None and "--sdist" not in args and args[-1] == "--sign-keyless"
 
 
-# Any file name kiln sdist could not have made too (never a hidden one: kiln never names one so, and the glob skips them).
+# Any file name, also ones kiln sdist never makes (but no hidden one: the glob skips those, kiln never makes one).
 NAMES = st.text(st.characters(codec="utf-8", exclude_categories=("Cs", "Cc"), exclude_characters="/"),
                 min_size=1, max_size=20).filter(lambda s: not s.startswith(".")).map(lambda s: f"{s}.tar.gz")
 
@@ -150,3 +151,15 @@ def test_attest_attests_the_sdist_with_the_wheels(subject: str) -> None:
     (attest,) = [s for s in JOBS["attest"]["steps"] if s.get("uses", "").startswith("actions/attest-build-provenance@")]
     patterns = attest["with"]["subject-path"].split()
     assert any(fnmatch.fnmatch(subject, p) for p in patterns)
+
+
+def test_the_sdist_job_has_every_python_a_local_build_may_name() -> None:
+    """kiln sdist makes the build venv of the matrix's first local build (find_python: python<X.Y> on PATH)."""
+    from kiln_tool.resources import data_path
+
+    matrix = json.loads(Path(data_path("matrix.json")).read_text())
+    (setup,) = _uses("sdist", "setup-python")
+    versions = setup["with"]["python-version"].split()
+    assert set(matrix["python"]) <= set(versions)
+    assert {build["python"] for build in matrix["local"]} <= set(versions)
+    assert versions[-1] == "3.11", "the default python, which installs and runs kiln, as the matrix job's"
