@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 from elftools.elf.elffile import ELFFile
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from kiln_tool.audit import dwarf_units
@@ -197,6 +197,9 @@ def test_top_names_read_gccs_shapes_as_pyelftools(dwarf_builds: dict[tuple[str, 
 @given(shape=st.sampled_from([("-gdwarf-4", "-gdwarf32"), ("-gdwarf-5", "-gdwarf32"), ("-gdwarf-5", "-gdwarf64")]),
        section=st.sampled_from([".debug_info", ".debug_abbrev", ".debug_str", ".debug_line_str"]),
        edits=st.lists(st.tuples(st.integers(0, 400), st.integers(0, 255)), min_size=1, max_size=4))
+# CI's find: DW_AT_name's form byte in .debug_abbrev turned into DW_FORM_addrx1 (0x29) in a DWARF 4 unit; the fast
+# reader gave an int where pyelftools calls the unit malformed (it now hands every non-string form to pyelftools)
+@example(shape=("-gdwarf-4", "-gdwarf32"), section=".debug_abbrev", edits=[(166, 41)])
 def test_damaged_dwarf_is_never_decided_otherwise(dwarf_builds: dict[tuple[str, str], Path], tmp_path_factory:
                                                  pytest.TempPathFactory, shape: tuple[str, str], section: str,
                                                  edits: list[tuple[int, int]]) -> None:

@@ -103,15 +103,20 @@ def _cstring(data: Any, section: tuple[int, int] | None, offset: int) -> bytes:
 
 def top_names(lib: Any) -> list[tuple[object, object]] | None:
     """(DW_AT_name value, DW_AT_comp_dir value) of each compile unit in .debug_info order, ABSENT for an absent
-    attribute; string forms give bytes, other forms an int (as pyelftools: not a string). None overall when this
-    reader does not decode the library's DWARF (ask pyelftools)."""
+    attribute; string forms give bytes. None overall when this reader does not decode the library's DWARF, or
+    when a name or comp_dir has a form that is not a string (ask pyelftools: whether such a form decodes to a value
+    or is malformed depends on the unit's version and on sections this reader does not read; a damaged
+    .debug_abbrev giving DW_AT_name DW_FORM_addrx1 in a DWARF 4 unit is malformed to pyelftools)."""
     data = lib.buffer
     if not data or any(lib.section_by_name(name) is not None for name in _DEFER_IF_PRESENT):
         return None
     try:
-        return _top_names(lib, data)
+        found = _top_names(lib, data)
     except (_Unreadable, struct.error, IndexError):
         return None
+    if any(not isinstance(value, bytes) and value is not ABSENT for pair in found for value in pair):
+        return None
+    return found
 
 
 def _top_names(lib: Any, data: Any) -> list[tuple[object, object]]:
