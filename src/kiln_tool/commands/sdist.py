@@ -62,9 +62,7 @@ def sdist_filename(name: str, version: str) -> str:
 
 
 def make_sdist(dist: Path, log: Path) -> Path:
-    from ..build_env import BuildEnvError, ensure_build_env
-    from ..matrix_data import local_builds
-    from ..pipeline import build_environment, tail
+    from ..pipeline import tail
     from ..project import current_project
 
     project = current_project()
@@ -73,14 +71,7 @@ def make_sdist(dist: Path, log: Path) -> Path:
     if project.version is None:
         raise SdistError("tool.kiln: an sdist needs the base version (version or version-file)")
     want = sdist_filename(project.wheel_name, project.version)
-    spec = local_builds(project.matrix_file)[0]  # any build venv: the sdist needs scikit-build-core, not torch
-    log.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        python = ensure_build_env(spec, log, project)
-    except BuildEnvError as exc:
-        raise SdistError(f"build venv {spec.name}: {exc}") from None
-    env = build_environment(spec, python, project, {"KILN_SDIST": "1"})
-    dist.mkdir(parents=True, exist_ok=True)
+    python, env = _sdist_build_env(project, dist, log)
     with tempfile.TemporaryDirectory(prefix=".kiln-sdist-", dir=dist) as tmp:
         with log.open("a") as fh:
             fh.write(f"$ {python} -c {_BUILD_SDIST!r} {tmp}\n")
@@ -98,6 +89,24 @@ def make_sdist(dist: Path, log: Path) -> Path:
     return target
 
 
+def _sdist_build_env(project: KilnProject, dist: Path, log: Path) -> tuple[Path, dict[str, str]]:
+    """The python of the first local build venv (any: an sdist needs the build backend, not torch) and its build
+    environment told it makes an sdist (KILN_SDIST=1); ``log`` and ``dist`` exist afterwards."""
+    from ..build_env import BuildEnvError, ensure_build_env
+    from ..matrix_data import local_builds
+    from ..pipeline import build_environment
+
+    spec = local_builds(project.matrix_file)[0]
+    log.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        python = ensure_build_env(spec, log, project)
+    except BuildEnvError as exc:
+        raise SdistError(f"build venv {spec.name}: {exc}") from None
+    env = build_environment(spec, python, project, {"KILN_SDIST": "1"})
+    dist.mkdir(parents=True, exist_ok=True)
+    return python, env
+
+
 _BACKEND_SDIST = ("import importlib, sys\n"
                   "module, _, attr = sys.argv[2].partition(':')\n"
                   "backend = importlib.import_module(module)\n"
@@ -108,23 +117,14 @@ _BACKEND_SDIST = ("import importlib, sys\n"
 
 def _backend_sdist(project: KilnProject, dist: Path, log: Path) -> Path:
     """The project's own backend's sdist, checked and given kiln's build backend (module docstring)."""
-    from ..build_env import BuildEnvError, ensure_build_env
-    from ..matrix_data import local_builds
-    from ..pipeline import build_environment, first_error, tail
+    from ..pipeline import first_error, tail
 
     build_system = _pyproject(project.root).get("build-system", {})
     if "backend-path" in build_system:
         raise SdistError("pyproject.toml: [build-system] backend-path (an in-tree backend) is not supported by kiln "
                          "sdist")
     backend = str(build_system.get("build-backend") or LEGACY_BACKEND)
-    spec = local_builds(project.matrix_file)[0]
-    log.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        python = ensure_build_env(spec, log, project)
-    except BuildEnvError as exc:
-        raise SdistError(f"build venv {spec.name}: {exc}") from None
-    env = build_environment(spec, python, project, {"KILN_SDIST": "1"})
-    dist.mkdir(parents=True, exist_ok=True)
+    python, env = _sdist_build_env(project, dist, log)
     from ..develop import develop_files_aside
 
     with tempfile.TemporaryDirectory(prefix=".kiln-sdist-", dir=dist) as tmp:
