@@ -9,6 +9,7 @@ HTML-escaped. Output is deterministic: no time stamps, sorted everywhere.
 from __future__ import annotations
 
 import json
+import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -215,7 +216,8 @@ def _source_note(site: Site) -> str:
     if not site.source:
         return ""
     url = f"{site.base_url}source/" if site.base_url else "source/"
-    command = f"pip install {site.project} --no-binary {site.project} --no-build-isolation -f {url}"
+    command = shlex.join(["pip", "install", site.project, "--no-binary", site.project, "--no-build-isolation", "-f",
+                          url])  # a command users paste: one that shlex.split gives back as these arguments
     return ("\n  <p>No wheel for your PyTorch or CUDA? The <a href=\"source/\">source distributions</a> build against "
             f"the torch you have installed (with torch-kiln, a C++ compiler, and nvcc for a CUDA torch): "
             f"<code>{_e(command)}</code></p>")
