@@ -88,32 +88,37 @@ wheels: system-deps-build venv
 # waits on installs, servers, containers and single-threaded steps for much of its time):
 # - the container pipeline: opkiln's cibuildwheel and release rehearsal, the same for ringops (a project
 #   adopting kiln), then the reproducibility of the container build;
-# - every local wheel (`kiln wheels --matrix local`), then the suite in two pytest processes: the
-#   projects adopting kiln and the guard that runs on them (tests/adopters, tests/guard: they share the
-#   session's fixture builds) with the adding-an-op walk (its own tree: it evens the two processes out), and
-#   the rest.
+# - every local wheel (`kiln wheels --matrix local`), then the suite in two pytest processes that share it
+#   as they go (below): when the containers are done, both cores run tests to the end.
 # scripts/ci/phases.py prefixes each lane's lines and prints the phase table at the end (CI_PHASES). A
 # lane's failure fails make test; the other lanes still run to their end, so one run reports them all.
 # `make suite` is the same suite in one process.
 CI_PHASES ?= build/ci-phases.jsonl
 PHASE = $(PYTHON) scripts/ci/phases.py run --log $(CI_PHASES)
-ADOPTER_TESTS := tests/adopters tests/guard tests/docs/test_adding_an_op_doc.py
+# The two pytest lanes share the whole suite (tests/support/lanes.py): each takes the next group of test files,
+# longest first by tests/lane_durations.json (`make lane-durations` refreshes it from the last run's junit XML),
+# from the claims folder LANE_CLAIMS, fresh for each run.
+LANE_CLAIMS := build/lanes
+LANE_PYTEST = $(PHASE) tests-$(1) pytest -- $(VPY) -m pytest --lane-claims $(LANE_CLAIMS) --lane-name tests-$(1) \
+  $(call LANE_PYTEST_ARGS,tests-$(1)) $(PYTEST_ARGS)
 test: setup kiln-wheel
-	rm -f $(CI_PHASES)
-	$(MAKE) --no-print-directory -j3 -k test-container-lane test-suite-lane test-adopters-lane || \
+	rm -rf $(CI_PHASES) $(LANE_CLAIMS)
+	$(MAKE) --no-print-directory -j3 -k test-container-lane test-lane-1 test-lane-2 || \
 	  { $(PYTHON) scripts/ci/phases.py table $(CI_PHASES); exit 1; }
 	$(PYTHON) scripts/ci/phases.py table $(CI_PHASES)
 
-.PHONY: test-wheels test-suite-lane test-adopters-lane test-container-lane
+.PHONY: test-wheels test-lane-1 test-lane-2 test-container-lane lane-durations
 test-wheels:
-	$(PHASE) suite wheels -- $(KILN) wheels --matrix local --install-into $(VENV)
+	$(PHASE) tests-1 wheels -- $(KILN) wheels --matrix local --install-into $(VENV)
 
-test-suite-lane: test-wheels
-	$(PHASE) suite pytest -- $(VPY) -m pytest $(foreach d,$(ADOPTER_TESTS),--ignore=$(d)) \
-	  $(call LANE_PYTEST_ARGS,suite) $(PYTEST_ARGS)
+test-lane-1: test-wheels
+	$(call LANE_PYTEST,1)
 
-test-adopters-lane: test-wheels
-	$(PHASE) adopters pytest -- $(VPY) -m pytest $(ADOPTER_TESTS) $(call LANE_PYTEST_ARGS,adopters) $(PYTEST_ARGS)
+test-lane-2: test-wheels
+	$(call LANE_PYTEST,2)
+
+lane-durations:
+	$(PYTHON) scripts/ci/lane_durations.py build/junit-tests-*.xml
 
 # The adopter's rehearsal gets a tool wheel of its own folder: the suite reads dist/kiln/ meanwhile.
 test-container-lane:

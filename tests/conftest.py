@@ -29,6 +29,7 @@ from adopters.fixtures import (  # noqa: F401 - the adopters' session fixtures, 
 )
 from kiln_tool.matrix_data import local_builds
 from kiln_tool.pipeline import build_wheel
+from support.lanes import pytest_addoption, pytest_runtestloop, pytest_terminal_summary  # noqa: F401 - hooks
 from support.venvs import CU130_VENV, make_venv, skip_without_cu130
 
 REPO = Path(__file__).resolve().parents[1]

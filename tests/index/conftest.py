@@ -67,13 +67,11 @@ def site_url(server: Server, site: Path) -> str:
 
 @pytest.fixture(scope="session")
 def fresh_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Python of a fresh venv with torch 2.13.0 (CPU, from local disk) and nothing of ours."""
-    venv = tmp_path_factory.mktemp("index-venv") / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
-    python = venv / "bin" / "python"
-    subprocess.run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", "torch==2.13.0"],
-                   check=True, timeout=600)
-    return python
+    """Python of a fresh venv with torch 2.13.0 (CPU) and pip, nothing of ours: made by uv from its cache (the
+    tests install our wheel into it with the user's pip; installing torch with pip too cost 112 s of CI)."""
+    from support.venvs import make_venv
+
+    return make_venv(tmp_path_factory.mktemp("index-venv") / "venv", "2.13.0")
 
 
 @pytest.fixture(scope="session")
