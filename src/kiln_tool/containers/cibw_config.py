@@ -50,7 +50,8 @@ KILN_PASSED: dict[str, str] = {
     "SOURCE_DATE_EPOCH": "one timestamp for reproducible wheels",
 }
 """The variables environment-pass must name, and why each."""
-ALSO_PASSED = ("CCACHE_DIR", "CCACHE_DISABLE", "PIP_FIND_LINKS", "PIP_EXTRA_INDEX_URL", "KILN_GIT_DIRTY")
+ALSO_PASSED = ("CCACHE_DIR", "CCACHE_DISABLE", "PIP_FIND_LINKS", "PIP_EXTRA_INDEX_URL", "PIP_NO_COMPILE",
+               "KILN_GIT_DIRTY")
 """Passed by the generated table, not required: the compiler cache, a stand-in run's package sources, and whether
 the exported tree differed from KILN_GIT_COMMIT (the build info's git_dirty; unknown where not passed)."""
 SKIPPED: dict[str, tuple[str, str]] = {
@@ -478,7 +479,8 @@ _COMMENTS = {
     "skip": "torch publishes no musllinux and no free-threaded wheels.",
     "build-frontend": "Against exactly the torch before-build installs, never a resolver's pick.",
     "environment": "ccache serves a second wheel's kernel objects from the first's.",
-    "environment-pass": "What a CI job sets (kiln matrix --github) and a stand-in run's package sources.",
+    "environment-pass": "What a CI job sets (kiln matrix --github), a stand-in run's package sources, and "
+                        "PIP_NO_COMPILE (no bytecode for what the containers install).",
     "before-build": "kiln at this version; the job's torch without its runtime wheels (the build reads its files), "
                     "then the runtime wheels the extension links (kiln torch-runtime); then the build requirements "
                     "(kiln's hash-locked toolchain, or the backend's [build-system] requires).",
