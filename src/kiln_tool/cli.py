@@ -107,18 +107,19 @@ def main(argv: list[str] | None = None) -> int:
     if module is None:
         parser.print_help(sys.stderr if args.command is None else sys.stdout)
         return 2
-    from .project import ProjectError
-
     try:
         return int(module.execute(args))
-    except ProjectError as exc:
-        for line in exc.problems:
-            print(f"kiln {args.command}: {line}", file=sys.stderr)
-        return exc.exit_code
     except KeyboardInterrupt:
         print("kiln: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:  # the promise: malformed input never ends in a traceback
+        # A ProjectError can only come from kiln_tool.project once it is loaded: a command that never reads the
+        # project (kiln audit) does not import it (tomllib, the schema reader) just to name the exception.
+        project = sys.modules.get(f"{__package__}.project")
+        if project is not None and isinstance(exc, project.ProjectError):
+            for line in exc.problems:
+                print(f"kiln {args.command}: {line}", file=sys.stderr)
+            return int(exc.exit_code)
         if os.environ.get("KILN_DEBUG"):
             raise
         return _report_unexpected(args, exc)

@@ -30,16 +30,19 @@ import io
 import json
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from packaging.requirements import InvalidRequirement, Requirement
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.tags import Tag
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from .safezip import SafeZip, UnsafeArchiveError
-from .variant import MODES as ABI_MODES
+
+if TYPE_CHECKING:
+    from packaging.requirements import Requirement
+
+# packaging.requirements / .specifiers (their parsers compile dozens of regexes) and kiln_tool.variant are imported
+# where a kiln wheel's own metadata is checked: `kiln audit` of any other wheel never needs them.
 
 MAX_NAME_LENGTH = 200
 MAX_VERSION_LENGTH = 64
@@ -169,6 +172,8 @@ def _plain_specifier(text: str, what: str, example: str) -> str:
     clauses = [c.strip() for c in text.split(",")]
     if not all(_SPECIFIER.fullmatch(c) for c in clauses):
         raise NotAKilnWheel(f"{what}: {text!r} is not a plain version specifier (like {example})")
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
     try:
         SpecifierSet(text)
     except InvalidSpecifier:
@@ -333,6 +338,8 @@ def check_wheel_file(name: KilnName, raw: bytes) -> None:
 
 
 def _metadata(name: KilnName, raw: bytes) -> tuple[str | None, list[Requirement]]:
+    from packaging.requirements import InvalidRequirement, Requirement
+
     where = "METADATA"
     try:
         headers = metadata_headers(raw)
@@ -374,6 +381,10 @@ def _torch_pin(requirements: list[Requirement]) -> str:
 
 def check_build_info(name: KilnName, raw: bytes, torch_pin: str) -> dict[str, Any]:
     """The build info, every field cross-checked against the name, its tags and the torch pin."""
+    from packaging.specifiers import SpecifierSet
+
+    from .variant import MODES as ABI_MODES
+
     try:
         info = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
@@ -448,6 +459,10 @@ def check_fields(name: KilnName, abi_mode: str, cuda_tag: str, torch_major_minor
 def _combination_rules(abi_mode: str, cuda_tag: str, torch_major_minor: str, torch_pin: str) -> str:
     """The local version label a wheel of this ABI mode, CUDA tag, torch minor and pin must have (the rules
     shared by every wheel of one combination, checked once per combination)."""
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
+    from .variant import MODES as ABI_MODES
+
     if abi_mode not in ABI_MODES:
         raise NotAKilnWheel(f"abi_mode: unknown {abi_mode[:40]!r}")
     if not CUDA_TAG.fullmatch(cuda_tag) or not TORCH_MAJOR_MINOR.fullmatch(torch_major_minor):

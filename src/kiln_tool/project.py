@@ -35,11 +35,6 @@ from typing import Any
 
 from .resources import data_path
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
-
 PYPROJECT = "pyproject.toml"
 PROJECT_DIR_ENV = "KILN_PROJECT_DIR"
 MAX_PYPROJECT_BYTES = 1 << 20
@@ -237,6 +232,11 @@ def _read_pyproject(root: Path) -> dict[str, Any]:
         raise ProjectError([f"{path}: unreadable ({exc.strerror})"]) from None
     if len(raw) > MAX_PYPROJECT_BYTES:
         raise ProjectError([f"{path}: larger than {MAX_PYPROJECT_BYTES} bytes"])
+    # Imported here: kiln audit reaches this module (project_dir) without ever reading a pyproject.toml.
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - Python 3.10
+        import tomli as tomllib
     try:
         document: dict[str, Any] = tomllib.loads(raw.decode("utf-8"))
         return document

@@ -5,16 +5,18 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .archs import ArchRequest, CudaArch
-from .dependencies import ShippedFile
 from .elf import Buffer, ElfLibrary
 from .inputs import Wheel
 from .loading import ApiEvidence, Variant
 from .policy import Policy
 from .resolve import Location, Resolver
 from .target import TorchTarget
+
+if TYPE_CHECKING:  # what a CUDA build or --fetch-dependencies brings: imported where it is used
+    from .archs import ArchRequest, CudaArch
+    from .dependencies import ShippedFile
 
 _TORCH_NEEDED = re.compile(r"^lib(torch|torch_cpu|torch_cuda|c10|c10_cuda)\.so$")
 _EXTENSION_RE = re.compile(r"^(?P<module>[A-Za-z_][A-Za-z0-9_]*)(?P<suffix>\.[A-Za-z0-9_-]+)?\.so$")

@@ -86,8 +86,11 @@ def distribution_name(dist: Any) -> str:
 def uninstalled(requires: tuple[str, ...], arch: str, site: Path | None) -> list[str]:
     """The Requires-Dist texts of applicable() dependencies installed nowhere the audit runs (neither beside the
     target torch nor in kiln's own environment): nothing says which files they ship."""
+    declared = applicable(requires, arch)
+    if not declared:
+        return []  # nothing to look for: the installed distributions are not read
     installed = installed_distributions(site)
-    return [text for name, text in applicable(requires, arch) if name not in installed]
+    return [text for name, text in declared if name not in installed]
 
 
 def _pip_platforms(arch: str, wheel_tags: list[str]) -> list[str]:

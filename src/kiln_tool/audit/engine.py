@@ -7,10 +7,10 @@ import re
 from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from . import inputs, loading
-from .archs import gpu_runs, parse_arch_list, parse_gpu
-from .checks import abi, build_paths, cuda, exports, hardening, registration, symbols, wheel
+from .checks import abi, build_paths, exports, hardening, registration, symbols, wheel
 from .context import ArtifactContext, LibraryContext, ReleaseRule
 from .elf import CORRUPT_ELF_ERRORS, ElfInvalid, ElfLibrary
 from .errors import AuditInputError
@@ -25,6 +25,9 @@ from .policy import (
 from .report import ArtifactReport, AuditReport, CheckResult, LibraryReport, failed, passed
 from .resolve import Location, Resolver, host_arch
 from .target import find_torch, from_torch_lib, torch_requirement
+
+if TYPE_CHECKING:
+    from .archs import ArchRequest
 
 # DT_NEEDED of a library that needs a CUDA build of torch: choose a CUDA variant of torch for it.
 _CUDA_TORCH_NEEDED = ("libtorch_cuda.so", "libc10_cuda.so")
@@ -44,6 +47,13 @@ class AuditOptions:
     torch_version: str | None = None  # audit against this torch (installed or recorded), e.g. "2.14.1+cu130"
     release: ReleaseRule | None = None  # --release: tagged at the release floor (or the stand-in's one tag)
     fetch_dependencies: bool = False  # download uninstalled declared dependencies' wheels and read their files
+
+
+def _arch_list(value: str | list[str], source: str) -> ArchRequest:
+    """archs.parse_arch_list, imported for the artifacts that name CUDA archs (a CPU wheel never does)."""
+    from .archs import parse_arch_list
+
+    return parse_arch_list(value, source)
 
 
 def _host_arch() -> str:
@@ -105,6 +115,9 @@ def _check_library(ctx: LibraryContext, report: LibraryReport) -> None:
     ctx.lib.release()
     fatbin_data = ctx.lib.section_view(".nv_fatbin")
     if fatbin_data is not None:
+        from .archs import gpu_runs  # a CUDA library's checks: no other library loads them
+        from .checks import cuda
+
         results, manifest = cuda.check_cuda(ctx, fatbin_data)
         checks.extend(results)
         if manifest is not None:
@@ -213,13 +226,17 @@ class _Auditor:
     def __init__(self, options: AuditOptions) -> None:
         self.options = options
         self.base = load_policy(options.policy)
-        self.archs = parse_arch_list(options.cuda_archs, "--cuda-archs") if options.cuda_archs else None
+        self.archs = _arch_list(options.cuda_archs, "--cuda-archs") if options.cuda_archs else None
         self.torch = from_torch_lib(Path(options.torch_lib)) if options.torch_lib else None
         if self.torch is None and options.torch_version:
             self.torch, problem = find_torch(options.torch_version, None, source="--torch")
             if self.torch is None:
                 raise AuditInputError(f"--torch {options.torch_version}: {problem}")
-        self.gpu = parse_gpu(options.gpu) if options.gpu else None
+        self.gpu = None
+        if options.gpu:
+            from .archs import parse_gpu
+
+            self.gpu = parse_gpu(options.gpu)
 
     def audit_wheel(self, path: Path) -> ArtifactReport:
         whl = inputs.open_wheel(path, self.base.limits)
@@ -279,7 +296,7 @@ class _Auditor:
                         "records it itself)")
             archs = self.archs
             if archs is None and info and info.get("cuda_archs"):
-                archs = parse_arch_list(list(info["cuda_archs"]), "build info cuda_archs")
+                archs = _arch_list(list(info["cuda_archs"]), "build info cuda_archs")
 
             resolver = Resolver(set(whl.infos), open_member, torch, policy, arch)
             artifact = ArtifactContext(label=str(path), wheel=whl, build_info=info, policy=policy,

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-import queue
 import re
 import tempfile
-import threading
 import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -104,6 +102,9 @@ def _write_and_hash(chunks: Iterator[bytes], out: IO[bytes], hasher: Any, *, thr
             hasher.update(chunk)
             size += len(chunk)
         return size
+    import queue  # only members of _THREADED_FROM_BYTES and more come here
+    import threading
+
     batches: queue.Queue[list[bytes] | None] = queue.Queue(maxsize=_BATCHES_WAITING)
     failed: list[BaseException] = []
 

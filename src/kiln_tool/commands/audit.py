@@ -45,13 +45,16 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 def execute(args: argparse.Namespace) -> int:
     from kiln_tool.audit import AuditInputError, AuditOptions, audit_paths
-    from kiln_tool.audit.release_rule import release_rule
 
-    try:
-        release = release_rule() if args.release else None
-    except ValueError as exc:
-        print(f"kiln audit: {exc}", file=sys.stderr)
-        return 2
+    release = None
+    if args.release:
+        from kiln_tool.audit.release_rule import release_rule
+
+        try:
+            release = release_rule()
+        except ValueError as exc:
+            print(f"kiln audit: {exc}", file=sys.stderr)
+            return 2
     options = AuditOptions(torch_lib=args.torch_lib, cuda_archs=args.cuda_archs, policy=args.policy, gpu=args.gpu,
                            torch_version=args.torch_version, release=release,
                            fetch_dependencies=args.fetch_dependencies)

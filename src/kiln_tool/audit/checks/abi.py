@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import re
 from collections.abc import Callable
 from functools import cache
@@ -21,6 +19,9 @@ _MAX_SHOWN = 5
 
 @cache
 def _demangler() -> Callable[[str], str | None] | None:
+    import ctypes  # only a symbol that may name a string or list type is demangled
+    import ctypes.util
+
     try:
         libstdcxx = ctypes.CDLL(ctypes.util.find_library("stdc++") or "libstdc++.so.6")
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")

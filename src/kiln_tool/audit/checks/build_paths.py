@@ -22,7 +22,7 @@ from pathlib import PurePosixPath
 from elftools.common.exceptions import DWARFError
 from elftools.construct import ConstructError
 
-from .. import dwarf_units, fatbin
+from .. import dwarf_units
 from ..context import LibraryContext
 from ..elf import CORRUPT_ELF_ERRORS, SCAN_OVERLAP, SCAN_WINDOW, Buffer, ElfLibrary
 from ..policy import BuildPathRule
@@ -89,6 +89,8 @@ def check_build_paths(ctx: LibraryContext) -> list[CheckResult]:
     _own_headers(rule, found)
     fatbin_data = ctx.lib.section_view(".nv_fatbin")
     if fatbin_data:
+        from .. import fatbin  # device code: only a CUDA library has it
+
         try:
             base = ctx.lib.section_offset(".nv_fatbin")
             released = 0

@@ -239,7 +239,8 @@ def check_undefined_symbols(ctx: LibraryContext) -> list[CheckResult]:
         if missing_libs and ctx.artifact.uninstalled_dependencies():
             problems.append(f"none of the declared dependencies' wheels ships {_sample(missing_libs)} (downloaded "
                             f"with pip download --no-deps: {', '.join(ctx.artifact.uninstalled_dependencies())})")
-    uninstalled = ctx.artifact.uninstalled_dependencies() if fetched is None else []
+    # Only a missing library asks: what is installed where the audit runs is read once, and only then.
+    uninstalled = ctx.artifact.uninstalled_dependencies() if fetched is None and missing_libs else []
     maybe = [n for n in missing_libs if not _TORCH_LIBS.match(n)] if uninstalled else []
     if maybe:
         # Any of them may ship it, whatever its name (libcue_ops.so in <project>-ops-cu13): the evidence is that
