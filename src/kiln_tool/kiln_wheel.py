@@ -36,6 +36,7 @@ from packaging.tags import Tag
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from .project import project_wheel
 from .safezip import SafeZip, UnsafeArchiveError
 
 if TYPE_CHECKING:
@@ -519,17 +520,9 @@ def small_members(name: KilnName) -> tuple[str, ...]:
             f"{name.package}/{BUILD_INFO}")
 
 
-def is_kiln_project(filename: str, project: str | None = None) -> bool:
-    """Whether a wheel file name claims ``project`` (default: the project kiln serves here, if any), so that
-    the kiln-wheel definition applies to it."""
-    if project is None:
-        from .project import find_project
-
-        found = find_project()
-        if found is None:
-            return False
-        project = found.name
-    return canonicalize_name(filename.split("-", 1)[0]) == project
+# Whether a wheel file name claims the project kiln serves here: kiln_tool.project's, so that kiln audit decides it
+# for any wheel without importing this module.
+is_kiln_project = project_wheel
 
 
 __all__ = ["KilnName", "KilnWheel", "NotAKilnWheel", "UnsafeArchiveError", "check_archive",

@@ -387,6 +387,17 @@ def find_project(root: Path | None = None) -> KilnProject | None:
     return _load_cached(root, (st.st_mtime_ns, st.st_size, st.st_ino))
 
 
+def project_wheel(filename: str, project: str | None = None) -> bool:
+    """Whether a wheel file name claims ``project`` (default: the project kiln serves here, if any), so that
+    the kiln-wheel definition (kiln_tool.kiln_wheel) applies to it."""
+    if project is None:
+        found = find_project()
+        if found is None:
+            return False
+        project = found.name
+    return canonical_name(filename.split("-", 1)[0]) == project
+
+
 @functools.lru_cache(maxsize=16)
 def _has_table(root: Path, stamp: tuple[int, int, int]) -> bool:
     del stamp
@@ -395,4 +406,4 @@ def _has_table(root: Path, stamp: tuple[int, int, int]) -> bool:
 
 
 __all__ = ["PROJECT_DIR_ENV", "KilnProject", "ProjectError", "current_project", "find_project", "load_project",
-           "project_dir", "schema", "table_problems"]
+           "project_dir", "project_wheel", "schema", "table_problems"]

@@ -29,6 +29,7 @@ NOT_IMPORTED = {
     "torch": "nothing: the audit never imports torch",
     "rich": "nothing: kiln audit prints plain text",
     "kiln_tool.variant": "a kiln wheel's build info check",
+    "kiln_tool.kiln_wheel": "the wheels of the project served here (the kiln-wheel definition)",
     "kiln_tool.audit.archs": "CUDA archs (--cuda-archs, --gpu, a build info's cuda_archs, device code)",
     "kiln_tool.audit.fatbin": "a library with device code (.nv_fatbin)",
     "kiln_tool.audit.checks.cuda": "a library with device code (.nv_fatbin)",

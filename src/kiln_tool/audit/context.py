@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .elf import Buffer, ElfLibrary
 from .inputs import Wheel
@@ -99,8 +99,7 @@ class ArtifactContext:
         return None
 
 
-@dataclass(frozen=True)
-class ReleaseRule:
+class ReleaseRule(NamedTuple):
     """`kiln audit --release`: a release wheel is tagged at the release floor (data/matrix.json
     manylinux_floor), never above it, so it installs wherever torch does. `standin_tag` (a stand-in
     base's run, KILN_STANDIN_MANYLINUX): the one tag that base can give, asserted instead; such a

@@ -14,10 +14,9 @@ import io
 import mmap
 import struct
 from collections.abc import Iterator
-from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, NamedTuple
 
 from elftools.common.exceptions import ELFError
 from elftools.elf.constants import SH_FLAGS
@@ -80,8 +79,7 @@ CORRUPT_ELF_ERRORS = (ELFError, struct.error, EOFError, UnicodeDecodeError, Inde
                       OverflowError, AssertionError)
 
 
-@dataclass(frozen=True)
-class DynSymbol:
+class DynSymbol(NamedTuple):
     """One .dynsym entry with its GNU symbol version."""
 
     name: str
@@ -97,8 +95,7 @@ class DynSymbol:
         return f"{self.name}@{self.version}" if self.version else self.name
 
 
-@dataclass(frozen=True)
-class _Layout:
+class _Layout(NamedTuple):
     """What one pass over an ELF file's program and section headers learns: everything the audit asks of them
     afterwards, so no later question walks the headers again (pyelftools builds a Section object per header and
     walk: a library with 3000 sections took a second per handful of walks)."""

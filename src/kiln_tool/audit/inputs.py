@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import re
 import tempfile
@@ -11,13 +12,16 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from email.parser import HeaderParser
 from pathlib import Path, PurePosixPath
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any, NamedTuple
 
-from .. import kiln_wheel
+from ..project import project_wheel
 from ..safezip import SafeZip, UnsafeArchiveError
 from .elf import ELF_MAGIC
 from .errors import AuditInputError
 from .policy import Limits
+
+if TYPE_CHECKING:
+    from .. import kiln_wheel
 
 _WHEEL_NAME_RE = re.compile(
     r"^(?P<name>[^-]+)-(?P<version>[^-]+)(?:-(?P<build>\d[^-]*))?-(?P<py>[^-]+)-(?P<abi>[^-]+)-(?P<plat>[^-]+)\.whl$")
@@ -65,8 +69,7 @@ def is_elf(path: Path) -> bool:
     return head == ELF_MAGIC
 
 
-@dataclass(frozen=True)
-class WheelName:
+class WheelName(NamedTuple):
     name: str
     version: str
     build: str | None
@@ -261,9 +264,7 @@ class Wheel:
         their first bytes; text and Python files are never read for it."""
         found = []
         for member in sorted(self.infos):
-            name = PurePosixPath(member).name
-            if member.endswith("/") or is_shared_library_name(member) or \
-                    PurePosixPath(name).suffix.lower() in _NOT_ELF_SUFFIXES or self.infos[member].file_size < 64:
+            if not _may_be_program(member, self.infos[member]):
                 continue
             try:
                 head = next(iter(self.archive.stream(member)), b"")[:4]
@@ -272,6 +273,14 @@ class Wheel:
             if head == b"\x7fELF":
                 found.append(member)
         return found
+
+
+def _may_be_program(member: str, info: zipfile.ZipInfo) -> bool:
+    """Whether a member is looked at as a possible ELF program (Wheel.executables): not a shared library by name,
+    not a text or Python file, at least an ELF header long."""
+    return not (member.endswith("/") or is_shared_library_name(member)
+                or PurePosixPath(PurePosixPath(member).name).suffix.lower() in _NOT_ELF_SUFFIXES
+                or info.file_size < 64)
 
 
 def open_wheel(path: Path, limits: Limits) -> Wheel:
@@ -286,21 +295,51 @@ def open_wheel(path: Path, limits: Limits) -> Wheel:
     except UnsafeArchiveError as exc:
         raise AuditInputError(f"{path}: {exc}") from None
     own: kiln_wheel.KilnWheel | None = None
+    sha256: dict[str, tuple[bytes, int]] = {}
+    files: dict[str, Path] = {}
+    tmp: tempfile.TemporaryDirectory[str] | None = None
     try:
         infos = {m: info for m, info in archive.members.items() if not info.is_dir()}
-        if kiln_wheel.is_kiln_project(path.name):
+        if project_wheel(path.name):
+            from .. import kiln_wheel  # its rules and parsers: for the served project's wheels alone
+
             # kiln's own wheel: held to the positive definition the index publishes by (every member
             # streamed and hashed against RECORD on the way).
-            own = kiln_wheel.check_archive(kiln_wheel.check_name(path.name), archive)
+            try:
+                own = kiln_wheel.check_archive(kiln_wheel.check_name(path.name), archive)
+            except kiln_wheel.NotAKilnWheel as exc:
+                raise AuditInputError(f"{path}: not a kiln wheel: {exc}") from None
         else:
-            for member in infos:
-                if not is_shared_library_name(member):
-                    for _chunk in archive.stream(member):
-                        pass
-    except kiln_wheel.NotAKilnWheel as exc:
+            for member, info in infos.items():
+                if is_shared_library_name(member):
+                    continue
+                chunks = iter(archive.stream(member))
+                first = next(chunks, b"")
+                hasher = hashlib.sha256()
+                if first[:4] == ELF_MAGIC and _may_be_program(member, info):
+                    # An ELF program, which the audit reads as a file (Wheel.library_file): unpacked on this one
+                    # pass through its checks, not inflated a second time.
+                    if tmp is None:
+                        tmp = tempfile.TemporaryDirectory(prefix="kiln-audit-")
+                    target = Path(tmp.name) / f"{len(files)}.so"
+                    with target.open("wb") as out:
+                        size = _write_and_hash(itertools.chain([first], chunks), out, hasher,
+                                               threaded=info.file_size >= _THREADED_FROM_BYTES)
+                    files[member] = target
+                else:
+                    # Hashed on the way: RECORD's check takes this digest instead of inflating the member again.
+                    size = len(first)
+                    hasher.update(first)
+                    for chunk in chunks:
+                        hasher.update(chunk)
+                        size += len(chunk)
+                sha256[member] = (hasher.digest(), size)
+    except (AuditInputError, UnsafeArchiveError, OSError) as exc:
         archive.close()
-        raise AuditInputError(f"{path}: not a kiln wheel: {exc}") from None
-    except UnsafeArchiveError as exc:
-        archive.close()
-        raise AuditInputError(f"{path}: {exc}") from None
-    return Wheel(path=path, name=name, archive=archive, infos=infos, kiln=own)
+        if tmp is not None:
+            tmp.cleanup()
+        if isinstance(exc, UnsafeArchiveError):
+            raise AuditInputError(f"{path}: {exc}") from None
+        raise
+    return Wheel(path=path, name=name, archive=archive, infos=infos, kiln=own, _files=files, _sha256=sha256,
+                 _tmp=tmp)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import posixpath
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 _LOADER_CALL = re.compile(rb"\b(?:CDLL|PyDLL|LoadLibrary|dlopen)\s*\(|\bLD_PRELOAD\b")
 # The text a string literal starts with (an f-string's up to its first {}), at least 6 characters.
@@ -27,8 +27,7 @@ _VARIANT = re.compile(r"^(?P<stem>.+?)(?P<platform>cuda|cu|rocm|hip|xpu)(?P<vers
 CUDART = re.compile(r"^libcudart(?:[.-][0-9a-f]{8})?\.so\.(\d+)")
 
 
-@dataclass(frozen=True)
-class Variant:
+class Variant(NamedTuple):
     """One library of a per-platform family."""
 
     platform: str  # "cuda", "rocm", "xpu" (cu and cuda are both "cuda"; hip is "rocm")
@@ -118,8 +117,7 @@ _LINK_CONTEXT = re.compile(rb"library_dirs|libraries\s*=|extra_link_args|cpp_ext
 _GENERIC_DIRS = frozenset({"lib", "lib64", "libs", "bin", "include", "share", "src", "_C", "csrc", "data"})
 
 
-@dataclass(frozen=True)
-class ApiEvidence:
+class ApiEvidence(NamedTuple):
     """What in a wheel says a library's exports are an API, not a leak."""
 
     literals: dict[str, str]  # string literal of the wheel's Python code -> the file holding it

@@ -12,7 +12,7 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import Any, NamedTuple
 
 from .. import resources
 from .errors import AuditInputError
@@ -24,14 +24,12 @@ _MANYLINUX_RE = re.compile(r"^manylinux_(\d+)_(\d+)_(\w+)$")
 _LEGACY_TAGS = {"manylinux1": "manylinux_2_5", "manylinux2010": "manylinux_2_12", "manylinux2014": "manylinux_2_17"}
 
 
-@dataclass(frozen=True)
-class VersionCeiling:
+class VersionCeiling(NamedTuple):
     max: tuple[int, ...] | None
     also: frozenset[str]
 
 
-@dataclass(frozen=True)
-class Limits:
+class Limits(NamedTuple):
     max_file_bytes: int
     max_wheel_members: int
     max_total_bytes: int
@@ -39,8 +37,7 @@ class Limits:
     ratio_applies_above_bytes: int
 
 
-@dataclass(frozen=True)
-class ExportRule:
+class ExportRule(NamedTuple):
     library: str
     symbols: tuple[str, ...]
     why: str

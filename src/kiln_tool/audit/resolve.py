@@ -14,8 +14,8 @@ from __future__ import annotations
 import platform
 import posixpath
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from .elf import CORRUPT_ELF_ERRORS, ElfInvalid, ElfLibrary, file_arch
 from .policy import Policy
@@ -34,8 +34,7 @@ def host_arch() -> str:
     return {"amd64": "x86_64", "arm64": "aarch64"}.get(machine.lower(), machine)
 
 
-@dataclass(frozen=True)
-class Location:
+class Location(NamedTuple):
     """Where a library lives: a member of the audited wheel, or a file on this machine."""
 
     member: str | None = None
@@ -76,8 +75,7 @@ class Location:
         return str(self.path.parent)
 
 
-@dataclass(frozen=True)
-class Found:
+class Found(NamedTuple):
     location: Location
     via: str  # "RUNPATH $ORIGIN/../torch/lib", "torch lib", "system"
     preload: bool = False  # found only because the package loads it first (no search path reaches it)

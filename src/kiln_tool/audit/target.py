@@ -10,8 +10,8 @@ import os
 import re
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from .elf import file_arch
 from .errors import AuditInputError
@@ -28,8 +28,7 @@ _VERSION_RE = re.compile(r"""^__version__\s*=\s*['"]([^'"]+)['"]""", re.MULTILIN
 _TORCH_REQ_RE = re.compile(r"^torch\s*(?:\((?P<paren>[^)]*)\)|(?P<bare>[^;]*))", re.IGNORECASE)
 
 
-@dataclass(frozen=True)
-class TorchTarget:
+class TorchTarget(NamedTuple):
     version: str  # 2.13.0+cpu
     lib_dir: Path | None  # .../site-packages/torch/lib; None for a recorded torch
     source: str  # how it was chosen, for the report

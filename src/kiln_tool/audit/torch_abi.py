@@ -32,10 +32,9 @@ import os
 import re
 import zipfile
 import zlib
-from dataclasses import dataclass
 from functools import cache
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, NamedTuple
 
 from .. import resources
 from .elf import ElfInvalid, ElfLibrary
@@ -226,8 +225,7 @@ def record_runtime(site_packages: Path) -> dict[str, Any]:
     }
 
 
-@dataclass(frozen=True)
-class RecordedLibrary:
+class RecordedLibrary(NamedTuple):
     """One recorded library: answers 'does it export this symbol' by hash. `opaque`: a library torch
     loads (e.g. libcudart.so.13 from an nvidia wheel) whose symbols were not recorded; it is taken to
     export everything asked of it, and the check says so."""
@@ -264,8 +262,7 @@ class RecordedLibrary:
         return False
 
 
-@dataclass(frozen=True)
-class RecordedTorch:
+class RecordedTorch(NamedTuple):
     version: str
     wheel: str
     platform_tags: tuple[str, ...]
