@@ -7,6 +7,10 @@ time. Both use SOURCE_DATE_EPOCH from the commit and no compiler cache, and
 both wheels go through the same auditwheel repair as releases do. When dist/ holds
 the wheel of the same name (`kiln wheels` made it), both builds must also be that
 wheel, byte for byte.
+
+With ``once``, only the second build runs (the other path, filesystem, listing order, umask, locale and time
+zone, no compiler cache) and dist/'s wheel is the first: `kiln wheels` made it in the checkout, with the compiler
+cache, so the two still differ in every condition. There must be such a wheel, of the same sources and settings.
 """
 
 from __future__ import annotations
@@ -95,7 +99,9 @@ class ReproResult:
 
     @property
     def identical(self) -> bool:
-        a, b = self.builds
+        a, b = self.builds[0], self.builds[-1]
+        if len(self.builds) == 1:  # --once: dist/'s wheel is the other build
+            return self.dist_sha256 == a.repaired_sha256
         return a.digests() == b.digests() and self.dist_sha256 in (None, a.repaired_sha256)
 
 
@@ -197,13 +203,23 @@ def dist_wheel(dist: Path, name: str) -> Path | None:
     return None
 
 
+class NoReference(PipelineError):
+    """--once found no wheel in dist/ to compare its one build with."""
+
+
 def run_repro(spec: BuildSpec, logs: Path, keep: Path | None = None,
-              project: KilnProject | None = None, progress: Callable[[str], None] | None = None) -> ReproResult:
+              project: KilnProject | None = None, progress: Callable[[str], None] | None = None,
+              once: bool = False) -> ReproResult:
     """Build ``spec`` twice (kiln_tool.repro's conditions) and compare the two wheels with each other and with
     the wheel of the same name in the project's dist/, when `kiln wheels` left one there; ``progress`` is told
-    each step as it starts."""
+    each step as it starts. ``once``: build b alone and compare it with dist/'s wheel, which must be there
+    (NoReference otherwise)."""
     say = progress or (lambda _message: None)
     project = project or current_project()
+    dist = project.root / "dist"
+    if once and not [*dist.glob("*.whl"), *dist.glob("audit-failed/*.whl")]:  # refused before any build
+        raise NoReference("repro", f"{dist} holds no wheel: --once compares its build with the wheel kiln wheels "
+                                   "made; run `kiln wheels` first, or drop --once for two builds")
     logs.mkdir(parents=True, exist_ok=True)
     log = logs / f"repro-{spec.name}.log"
     log.write_text("")
@@ -217,39 +233,53 @@ def run_repro(spec: BuildSpec, logs: Path, keep: Path | None = None,
     with tempfile.TemporaryDirectory(prefix="kiln-repro-a-") as ta, \
             tempfile.TemporaryDirectory(prefix="kiln-repro-b-", dir=shm if shm.is_dir() else None) as tb:
         both = conditions(Path(ta), Path(tb))
+        if once:
+            both = both[1:]
         for condition in both:  # copy both trees before building: the same snapshot of the sources
             copy_tree(files, condition.root, condition.reverse_copy, project.root)
         for condition in both:
             out = Path(ta if condition.name == "a" else tb) / "out"
-            say(f"build {condition.name} of 2 in {condition.root} (umask {condition.umask:03o}, "
+            which = "the one build, against dist/'s wheel," if once else f"build {condition.name} of 2"
+            say(f"{which} in {condition.root} (umask {condition.umask:03o}, "
                 f"TZ {condition.env['TZ']}, no compiler cache; log: {log})")
             try:
                 result.builds.append(build_once(spec, python, condition, out, log, commit, epoch))
             except PipelineError as exc:
                 raise PipelineError("repro", f"build {condition.name} failed: {exc}") from exc
-        a, b = result.builds
+        a, b = result.builds[0], result.builds[-1]
         result.dist_wheel = dist_wheel(project.root / "dist", a.repaired.name)
         differs = settings_difference(result.dist_wheel, a.repaired) if result.dist_wheel is not None else ""
         if differs:
             result.dist_note = (f"{result.dist_wheel} was built from other sources or settings (its build info's "
                                 f"{differs}): not compared; kiln wheels rebuilds it")
             result.dist_wheel = None
-        say(f"compare with each other and with {result.dist_wheel or 'dist/ (no wheel of these sources there)'}")
+        if once and result.dist_wheel is None:
+            raise NoReference("repro", (result.dist_note or f"dist/ holds no {a.repaired.name}") +
+                              ": --once compares its build with the wheel kiln wheels made; run `kiln wheels` "
+                              "first, or drop --once for two builds")
+        say(f"compare with {result.dist_wheel}" if once else
+            f"compare with each other and with {result.dist_wheel or 'dist/ (no wheel of these sources there)'}")
         if result.dist_wheel is not None:
             result.dist_sha256 = sha256(result.dist_wheel)
             if result.dist_sha256 != a.repaired_sha256:
-                result.differences.append(f"{result.dist_wheel} (kiln wheels) differs from build a:")
+                result.differences.append(f"{result.dist_wheel} (kiln wheels) differs from build {a.condition}:")
                 result.differences += ["  " + line for line in explain_difference(result.dist_wheel, a.repaired)]
-        if not result.identical:
+        if not result.identical and not once:
             for label, x, y in (("built", a.built, b.built), ("repaired", a.repaired, b.repaired)):
                 if sha256(x) != sha256(y):
                     result.differences.append(f"{label} wheels differ:")
                     result.differences += ["  " + line for line in explain_difference(x, y)]
-            result.diffoscope = diffoscope(a.repaired, b.repaired)
+        if not result.identical:
+            if once and result.dist_wheel is not None:
+                result.diffoscope = diffoscope(result.dist_wheel, a.repaired)
+            else:
+                result.diffoscope = diffoscope(a.repaired, b.repaired)
             if keep is not None:
                 keep.mkdir(parents=True, exist_ok=True)
                 for build in result.builds:
                     shutil.copy2(build.repaired, keep / f"{build.condition}-{build.repaired.name}")
+                if once and result.dist_wheel is not None:
+                    shutil.copy2(result.dist_wheel, keep / f"dist-{result.dist_wheel.name}")
         for build in result.builds:  # the temporary folders go away: keep names and digests
             build.built = Path(build.built.name)
             build.repaired = Path(build.repaired.name)

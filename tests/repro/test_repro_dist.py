@@ -66,3 +66,29 @@ def test_every_setting_decides_alone(tmp_path: Path, key: str) -> None:
     settings = {k: v for k, v in SETTINGS.items() if k != "source_hash"}
     other = _wheel(tmp_path / "other.whl", **{**settings, "source_hash": "h", key: "something else"})
     assert settings_difference(other, rebuilt).startswith(f"{key} (")
+
+
+def _once(result: ReproResult, dist_sha256: str | None) -> ReproResult:
+    result.builds = result.builds[1:]
+    result.dist_sha256 = dist_sha256
+    return result
+
+
+def test_once_is_reproducible_only_when_its_one_build_is_dists_wheel() -> None:
+    assert _once(_result(None), "r").identical
+    assert not _once(_result(None), "other").identical  # dist/'s wheel differs
+    assert not _once(_result(None), None).identical  # no reference: never "identical" by default
+
+
+def test_once_without_a_wheel_in_dist_exits_2_before_any_build(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from adopters.adopting import clone_project
+
+    root = clone_project("ringops", tmp_path)
+    proc = subprocess.run([sys.executable, str(Path(__file__).resolve().parents[2] / "scripts" / "kiln"),
+                           "-C", str(root), "repro", "--once"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "holds no wheel" in proc.stderr and "kiln wheels" in proc.stderr, proc.stderr
+    assert not (root / ".venvs").exists() and not (root / "build" / "logs" / "repro-torch2.13-cpu-py3.11.log").exists()

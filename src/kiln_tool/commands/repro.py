@@ -1,5 +1,6 @@
 """`kiln repro`: build twice under varied conditions; exit 1 unless the wheels are byte-identical (to each other and
-to dist/'s wheel of the same name, when `kiln wheels` left one). Each step is reported on stderr as it starts."""
+to dist/'s wheel of the same name, when `kiln wheels` left one). `--once`: one build, against dist/'s wheel. Each
+step is reported on stderr as it starts."""
 
 from __future__ import annotations
 
@@ -17,6 +18,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--variant", default="cpu", help="local combination by CUDA tag: cpu (default) or cu130")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.add_argument("--keep", type=Path, default=None, help="on a difference, copy both wheels here")
+    parser.add_argument("--once", action="store_true",
+                        help="one build under the other conditions, compared with the wheel `kiln wheels` left in "
+                             "dist/ (which must be there: exit 2 otherwise); half the time of two builds")
 
 
 def execute(args: argparse.Namespace) -> int:
@@ -24,7 +28,7 @@ def execute(args: argparse.Namespace) -> int:
     from ..matrix_data import MatrixError, local_builds
     from ..pipeline import PipelineError
     from ..project import current_project
-    from ..repro import run_repro
+    from ..repro import NoReference, run_repro
 
     project = current_project()
     try:
@@ -41,7 +45,10 @@ def execute(args: argparse.Namespace) -> int:
         print(f"kiln repro [{time.monotonic() - started:5.0f} s]: {step}", file=sys.stderr, flush=True)
 
     try:
-        result = run_repro(specs[0], project.root / "build" / "logs", args.keep, project, progress)
+        result = run_repro(specs[0], project.root / "build" / "logs", args.keep, project, progress, once=args.once)
+    except NoReference as exc:
+        print(f"kiln repro --once: {exc}", file=sys.stderr)
+        return 2
     except (PipelineError, BuildEnvError) as exc:
         print(f"kiln repro: {exc}", file=sys.stderr)
         return 2
@@ -53,6 +60,7 @@ def execute(args: argparse.Namespace) -> int:
         "dist_wheel": None if result.dist_wheel is None else {
             "path": str(result.dist_wheel), "sha256": result.dist_sha256,
             "identical": result.dist_sha256 == result.builds[0].repaired_sha256},
+        "once": args.once,
         "dist_note": result.dist_note,
         "differences": result.differences,
     }
@@ -68,7 +76,11 @@ def execute(args: argparse.Namespace) -> int:
                   "(after kiln wheels, they are compared with its wheel too)")
         if result.identical:
             also = f" and identical to {result.dist_wheel}" if result.dist_wheel is not None else ""
-            print(f"reproducible: both builds of {result.spec.name} are byte-identical{also}")
+            if args.once:
+                print(f"reproducible: the rebuild of {result.spec.name} elsewhere is byte-identical to "
+                      f"{result.dist_wheel}")
+            else:
+                print(f"reproducible: both builds of {result.spec.name} are byte-identical{also}")
         else:
             print(f"NOT reproducible: {result.spec.name}")
             print("\n".join(result.differences))
