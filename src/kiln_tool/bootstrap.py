@@ -17,7 +17,6 @@ from __future__ import annotations
 import ast
 import importlib.util
 import os
-import platform
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -210,6 +209,8 @@ def run_kiln(script: Path, argv: Sequence[str]) -> int:
     """`kiln ARGV`, as scripts/kiln (at `script`) runs it."""
     scripts_dir = script.resolve().parent
     if sys.version_info < MIN_PYTHON:
+        import platform
+
         wanted = ".".join(map(str, MIN_PYTHON))
         _reexec_or_exit([f"Python >= {wanted} (it is {platform.python_version()})"], script, argv)
     if missing_modules(KNOWN_THIRD_PARTY):

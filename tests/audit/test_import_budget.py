@@ -15,12 +15,15 @@ import sys
 from pathlib import Path
 
 from audit_corpus import HARDENED, KILN, PY_SUFFIX, REPO, SOURCES, make_wheel
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 # module -> why the audit of a CPU wheel (or loose library) whose libraries all resolve must not import it
 NOT_IMPORTED = {
     "packaging.requirements": "a kiln wheel's own METADATA check, or a missing library's declared dependencies",
     "packaging.specifiers": "a kiln wheel's own METADATA check, or a torch requirement to match",
     "packaging.markers": "a missing library's declared dependencies",
+    "packaging.version": "a wheel version that is not a plain release, or a torch pin to compare",
     "importlib.metadata": "the installed distributions, read only for a missing library",
     "tomllib": "a pyproject.toml (there is none where this audit runs)",
     "tomli": "a pyproject.toml (there is none where this audit runs)",
@@ -76,3 +79,17 @@ def test_audit_imports_only_what_its_input_needs(tmp_path: Path) -> None:
     wrong = {m: why for m, why in NOT_IMPORTED.items() if m in loaded}
     assert not wrong, "kiln audit imported what this input does not need:\n" + "\n".join(
         f"  {m}: only for {why}" for m, why in sorted(wrong.items()))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.lists(st.integers(0, 10**12), min_size=1, max_size=6).map(lambda p: ".".join(map(str, p))),
+                 st.text(alphabet="0123456789.+-_abcdeloprstv!*\n ", max_size=24)))
+def test_the_plain_release_shortcut_is_packagings_answer(version: str) -> None:
+    """wheel-tag reads a plain release's local label (None) without importing packaging: only where packaging
+    itself parses the version and finds no local label."""
+    from packaging.version import Version
+
+    from kiln_tool.audit.checks.wheel import _PLAIN_RELEASE
+
+    if _PLAIN_RELEASE.fullmatch(version):
+        assert Version(version).local is None

@@ -7,8 +7,6 @@ import csv
 import io
 import re
 
-from packaging.version import InvalidVersion, Version
-
 from ..context import ArtifactContext
 from ..inputs import Wheel
 from ..loading import CUDART as _CUDART
@@ -16,6 +14,9 @@ from ..policy import glibc_of_policy_name, manylinux_policy_of_tag
 from ..report import CheckResult, failed, passed
 from ..target import torch_requirement
 
+# packaging.version (its parser's regex is compiled at import) is imported for a version that is not a plain release
+# and for torch pins: a plain release's local label is None without it.
+_PLAIN_RELEASE = re.compile(r"[0-9]+(?:\.[0-9]+)*")
 _CPYTHON_SUFFIX = re.compile(r"\.cpython-(\d)(\d+)[a-z]*-(\w+?)-linux-gnu\.so$")
 _RECORD_ALGORITHMS = {"sha256", "sha384", "sha512"}
 
@@ -70,11 +71,14 @@ def check_wheel_tag(artifact: ArtifactContext) -> list[CheckResult]:
     info = artifact.build_info
     cudart = _cudart_majors(artifact)
     version = wheel.name.version
-    try:
-        local = Version(version).local
-    except InvalidVersion:
-        problems.append(f"version '{version}' in the file name is not a PEP 440 version")
-        local = None
+    local: str | None = None
+    if not _PLAIN_RELEASE.fullmatch(version):  # 1.13.2 is a PEP 440 version without a local label as it stands
+        from packaging.version import InvalidVersion, Version
+
+        try:
+            local = Version(version).local
+        except InvalidVersion:
+            problems.append(f"version '{version}' in the file name is not a PEP 440 version")
     if info is not None:
         if info.get("version") not in (None, version):
             problems.append(f"build info says version {info.get('version')}, the wheel {version}")
@@ -204,6 +208,7 @@ def _foreign_pin(artifact: ArtifactContext, requirement: str | None) -> CheckRes
     if not cxx:
         return None  # stable ABI / C shims only: a lower bound is what matters, and torch checks it at load
     from packaging.specifiers import InvalidSpecifier, SpecifierSet
+    from packaging.version import Version
 
     try:
         spec = SpecifierSet(requirement)
@@ -262,6 +267,7 @@ def _release_results(artifact: ArtifactContext, wheel: Wheel) -> list[CheckResul
 
 def _pin_problems(requirement: str, build_torch: str, abi_mode: str, torch_min: str | None) -> list[str]:
     from packaging.specifiers import InvalidSpecifier, SpecifierSet
+    from packaging.version import Version
 
     try:
         spec = SpecifierSet(requirement)
