@@ -47,6 +47,7 @@ class ArtifactContext:
     needed_by: dict[str, list[str]] = field(default_factory=dict)  # DT_NEEDED name -> the wheel's libraries naming it
     _dependency_files: dict[str, str] | None = None
     _uninstalled: list[str] | None = None
+    _installed: dict[str, Any] | None = None
     # --fetch-dependencies: file name -> the uninstalled dependency whose downloaded wheel ships it, and where
     fetched: dict[str, ShippedFile] | None = None
 
@@ -57,10 +58,9 @@ class ArtifactContext:
         if self._dependency_files is None:
             self._dependency_files = {}
             if self.requires:
-                from .dependencies import applicable, installed_distributions
+                from .dependencies import applicable
 
-                site = self.torch.site_dir if self.torch is not None else None
-                installed = installed_distributions(site)
+                installed = self._installed_distributions()
                 for name, text in applicable(self.requires, self.arch):
                     dist = installed.get(name)
                     if dist is None:
@@ -79,8 +79,17 @@ class ArtifactContext:
             from .dependencies import uninstalled
 
             site = self.torch.site_dir if self.torch is not None else None
-            self._uninstalled = uninstalled(self.requires, self.arch, site)
+            self._uninstalled = uninstalled(self.requires, self.arch, site, self._installed_distributions)
         return self._uninstalled
+
+    def _installed_distributions(self) -> dict[str, Any]:
+        """What is installed where this audit runs (dependencies.installed_distributions), read once per artifact:
+        every METADATA of the environment is opened for it."""
+        if self._installed is None:
+            from .dependencies import installed_distributions
+
+            self._installed = installed_distributions(self.torch.site_dir if self.torch is not None else None)
+        return self._installed
 
     @property
     def torch_platform(self) -> tuple[str, int | None] | None:

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -83,14 +84,15 @@ def distribution_name(dist: Any) -> str:
     return str(HeaderParser().parsestr(text.split("\n\n", 1)[0]).get("Name") or "")
 
 
-def uninstalled(requires: tuple[str, ...], arch: str, site: Path | None) -> list[str]:
+def uninstalled(requires: tuple[str, ...], arch: str, site: Path | None,
+                installed: Callable[[], dict[str, Any]] | None = None) -> list[str]:
     """The Requires-Dist texts of applicable() dependencies installed nowhere the audit runs (neither beside the
     target torch nor in kiln's own environment): nothing says which files they ship."""
     declared = applicable(requires, arch)
     if not declared:
         return []  # nothing to look for: the installed distributions are not read
-    installed = installed_distributions(site)
-    return [text for name, text in declared if name not in installed]
+    found = installed() if installed is not None else installed_distributions(site)
+    return [text for name, text in declared if name not in found]
 
 
 def _pip_platforms(arch: str, wheel_tags: list[str]) -> list[str]:
