@@ -232,9 +232,7 @@ def run_repro(spec: BuildSpec, logs: Path, keep: Path | None = None,
     shm = Path("/dev/shm")  # noqa: S108 - a tmpfs on purpose: another filesystem, another listing order
     with tempfile.TemporaryDirectory(prefix="kiln-repro-a-") as ta, \
             tempfile.TemporaryDirectory(prefix="kiln-repro-b-", dir=shm if shm.is_dir() else None) as tb:
-        both = conditions(Path(ta), Path(tb))
-        if once:
-            both = both[1:]
+        both: tuple[Condition, ...] = conditions(Path(ta), Path(tb))[1:] if once else conditions(Path(ta), Path(tb))
         for condition in both:  # copy both trees before building: the same snapshot of the sources
             copy_tree(files, condition.root, condition.reverse_copy, project.root)
         for condition in both:
