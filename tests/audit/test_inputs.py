@@ -137,3 +137,36 @@ def test_permission_denied(corpus: Corpus, tmp_path: Path) -> None:
     locked.chmod(0o644)
     readable = _as_reader("audit", str(locked))
     assert readable.returncode != 2, readable.stderr
+
+
+def test_small_wheels_unpack_to_a_tmpfs_and_large_ones_or_a_chosen_tmpdir_to_the_usual_folder(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kiln_tool.audit import inputs
+
+    def infos(total: int) -> dict[str, zipfile.ZipInfo]:
+        info = zipfile.ZipInfo("pkg/lib.so")
+        info.file_size = total
+        return {"pkg/lib.so": info}
+
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    monkeypatch.setattr(inputs, "_TMPFS", shm)
+    monkeypatch.delenv("TMPDIR", raising=False)
+    small = inputs._scratch(infos(1 << 20))
+    assert Path(small.name).parent == shm
+    small.cleanup()
+    large = inputs._scratch(infos(inputs._TMPFS_MAX_WHEEL_BYTES + 1))
+    assert Path(large.name).parent != shm  # a big wheel's libraries never fill memory
+    large.cleanup()
+    monkeypatch.setattr(inputs, "_TMPFS", tmp_path / "missing")
+    absent = inputs._scratch(infos(1 << 20))
+    assert Path(absent.name).is_dir()
+    absent.cleanup()
+    monkeypatch.setattr(inputs, "_TMPFS", shm)
+    chosen = tmp_path / "chosen"
+    chosen.mkdir()
+    monkeypatch.setenv("TMPDIR", str(chosen))
+    monkeypatch.setattr(inputs.tempfile, "tempdir", None)  # tempfile reads TMPDIR again
+    kept = inputs._scratch(infos(1 << 20))
+    assert Path(kept.name).parent == chosen  # the user's choice of folder stands
+    kept.cleanup()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import os
 import re
 import tempfile
 import zipfile
@@ -93,6 +94,28 @@ _THREADED_FROM_BYTES = 16 << 20
 _BATCHES_WAITING = 8  # at most this many batches in memory between the threads
 
 
+# A wheel whose members unpack to at most this many bytes has its libraries unpacked to a tmpfs (/dev/shm) when
+# there is one with room: a wheel of thousands of small libraries (torch_npu: 2559) otherwise spends more time
+# creating, writing and mapping files on a disk filesystem than checking them. Larger wheels, and every wheel where
+# TMPDIR is set, use the usual temporary folder: the tmpfs holds its files in memory until the audit ends.
+_TMPFS = Path("/dev/shm")  # noqa: S108 - a memory filesystem on purpose, with a private folder made by tempfile
+_TMPFS_MAX_WHEEL_BYTES = 256 << 20
+
+
+def _scratch(infos: dict[str, zipfile.ZipInfo]) -> tempfile.TemporaryDirectory[str]:
+    """The private temporary folder a wheel's libraries are unpacked into (see _TMPFS_MAX_WHEEL_BYTES)."""
+    unpacked = sum(info.file_size for info in infos.values())
+    where: str | None = None
+    if unpacked <= _TMPFS_MAX_WHEEL_BYTES and "TMPDIR" not in os.environ:
+        try:
+            stat = os.statvfs(_TMPFS)
+            if os.access(_TMPFS, os.W_OK) and stat.f_bavail * stat.f_frsize >= 4 * unpacked:
+                where = str(_TMPFS)
+        except OSError:
+            where = None
+    return tempfile.TemporaryDirectory(prefix="kiln-audit-", dir=where)
+
+
 def _write_and_hash(chunks: Iterator[bytes], out: IO[bytes], hasher: Any, *, threaded: bool = True) -> int:
     """Write every chunk to `out` and into `hasher`; threaded, in a second thread while this one makes the next
     chunks (inflating and the CRC in safezip.stream, writing and hashing here: all release the GIL, so a big member
@@ -167,7 +190,7 @@ class Wheel:
         folder, once: libraries are memory-mapped from there, never held in memory whole."""
         if member not in self._files:
             if self._tmp is None:
-                self._tmp = tempfile.TemporaryDirectory(prefix="kiln-audit-")
+                self._tmp = _scratch(self.infos)
             target = Path(self._tmp.name) / f"{len(self._files)}.so"
             hasher = hashlib.sha256()  # RECORD's usual hash, taken on the way (never a second read)
             try:
@@ -320,7 +343,7 @@ def open_wheel(path: Path, limits: Limits) -> Wheel:
                     # An ELF program, which the audit reads as a file (Wheel.library_file): unpacked on this one
                     # pass through its checks, not inflated a second time.
                     if tmp is None:
-                        tmp = tempfile.TemporaryDirectory(prefix="kiln-audit-")
+                        tmp = _scratch(infos)
                     target = Path(tmp.name) / f"{len(files)}.so"
                     with target.open("wb") as out:
                         size = _write_and_hash(itertools.chain([first], chunks), out, hasher,
