@@ -45,6 +45,35 @@ def load_recipe() -> dict[str, object]:
     return data
 
 
+def _mem_available_gib(meminfo: Path) -> float | None:
+    try:
+        for line in meminfo.read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key == "MemAvailable" and value.split() and value.split()[0].isdigit():
+                return int(value.split()[0]) / (1 << 20)  # kB
+    except OSError:
+        return None
+    return None
+
+
+def scratch_tmpfs_arg(meminfo: Path = Path("/proc/meminfo")) -> str:
+    """A create argument that gives cibuildwheel's containers a tmpfs for their scratch folder (where it makes the
+    test venv, and deletes it), when this machine has the memory for it (data/containers.json
+    engine.scratch_tmpfs); "" otherwise, or when KILN_CONTAINER_TMPFS=0. exec: the venv's libraries are mapped
+    executable and its scripts run from there."""
+    if os.environ.get("KILN_CONTAINER_TMPFS", "").strip() == "0":
+        return ""
+    engine = load_recipe()["engine"]
+    assert isinstance(engine, dict)
+    recipe = engine.get("scratch_tmpfs")
+    if not isinstance(recipe, dict):
+        return ""
+    available = _mem_available_gib(meminfo)
+    if available is None or available < float(recipe["min_available_gib"]):
+        return ""
+    return f" --tmpfs={recipe['path']}:rw,exec,nosuid,nodev,size={int(recipe['size_gib'])}g"
+
+
 @dataclass(frozen=True)
 class Engine:
     docker: str
