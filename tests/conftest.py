@@ -29,11 +29,18 @@ from adopters.fixtures import (  # noqa: F401 - the adopters' session fixtures, 
 )
 from kiln_tool.matrix_data import local_builds
 from kiln_tool.pipeline import build_wheel
+from support import cpu_time
 from support.lanes import pytest_addoption, pytest_runtestloop, pytest_terminal_summary  # noqa: F401 - hooks
 from support.venvs import CU130_VENV, make_venv, skip_without_cu130
 
 REPO = Path(__file__).resolve().parents[1]
 ARTIFACTS = REPO / "tests" / "_artifacts"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Each test's CPU seconds (tests/support/cpu_time.py): in the JUnit report and the summary."""
+    if not config.pluginmanager.has_plugin("kiln-cpu-time"):
+        config.pluginmanager.register(cpu_time, "kiln-cpu-time")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
