@@ -280,11 +280,12 @@ def _wheel_exclude(tool: dict[str, Any], root: Path) -> tuple[str, ...]:
     return tuple(patterns)
 
 
-def load_project(root: Path) -> KilnProject:
+def load_project(root: Path, document: dict[str, Any] | None = None) -> KilnProject:
     """The project in ``root``: its pyproject.toml's [project] name and [tool.kiln] table (ProjectError, one
-    line per problem, when either is missing or wrong)."""
+    line per problem, when either is missing or wrong). ``document``: that file as already parsed."""
     root = root.resolve()
-    document = _read_pyproject(root)
+    if document is None:
+        document = _read_pyproject(root)
     project = document.get("project")
     name = project.get("name") if isinstance(project, dict) else None
     tool = document.get("tool")
@@ -359,8 +360,9 @@ def project_dir() -> Path:
 
 @functools.lru_cache(maxsize=16)
 def _load_cached(root: Path, stamp: tuple[int, int, int]) -> KilnProject:
-    del stamp  # part of the cache key only: an edited pyproject.toml is read again
-    return load_project(root)
+    # stamp: part of the cache key, so an edited pyproject.toml is read again; the file is parsed once per state
+    # (find_project asks whether it has a table first).
+    return load_project(root, _document_cached(root, stamp))
 
 
 def current_project() -> KilnProject:
@@ -399,9 +401,13 @@ def project_wheel(filename: str, project: str | None = None) -> bool:
 
 
 @functools.lru_cache(maxsize=16)
-def _has_table(root: Path, stamp: tuple[int, int, int]) -> bool:
+def _document_cached(root: Path, stamp: tuple[int, int, int]) -> dict[str, Any]:
     del stamp
-    tool = _read_pyproject(root).get("tool")
+    return _read_pyproject(root)
+
+
+def _has_table(root: Path, stamp: tuple[int, int, int]) -> bool:
+    tool = _document_cached(root, stamp).get("tool")
     return isinstance(tool, dict) and "kiln" in tool
 
 
