@@ -30,6 +30,8 @@ from adopters.fixtures import (  # noqa: F401 - the adopters' session fixtures, 
 from kiln_tool.matrix_data import local_builds
 from kiln_tool.pipeline import build_wheel
 from support import cpu_time
+from support.dist_wheels import find_dist as _find
+from support.dist_wheels import newest_source as _newest_source
 from support.lanes import pytest_addoption, pytest_runtestloop, pytest_terminal_summary  # noqa: F401 - hooks
 from support.venvs import CU130_VENV, make_venv, skip_without_cu130
 
@@ -46,24 +48,6 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Tests marked after_suite run last, in their own order: they stand on what the other tests built."""
     items.sort(key=lambda item: item.get_closest_marker("after_suite") is not None)
-
-
-def _find(pattern: str, where: Path = REPO / "dist") -> Path | None:
-    hits = sorted(where.glob(pattern))
-    return hits[-1] if hits else None
-
-
-SOURCES = ("ops", "python", "src/kiln_tool", "cmake", "CMakeLists.txt", "pyproject.toml")
-
-
-def _newest_source() -> float:
-    newest = 0.0
-    for name in SOURCES:
-        path = REPO / name
-        paths = [path] if path.is_file() else (
-            p for p in path.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
-        newest = max([newest, *(p.stat().st_mtime for p in paths)])
-    return newest
 
 
 def build_test_wheel(name: str, python: Path, cuda_tag: str, env: dict[str, str] | None = None) -> Path:

@@ -14,18 +14,10 @@ from pathlib import Path
 import pytest
 
 from kiln_tool.repro import explain_difference
+from support.dist_wheels import current_dist_wheel
 
 REPO = Path(__file__).resolve().parents[2]
 CU130_REPRO_ARCHS = "8.0;9.0+PTX"
-
-
-def _dist_wheel(label: str) -> Path | None:
-    """dist/'s wheel of `label` when `kiln wheels` made it from the sources as they are (make test's wheels phase
-    does, before the suite); None otherwise."""
-    from conftest import _find, _newest_source
-
-    wheel = _find(f"opkiln-*+{label}-*.whl")
-    return wheel if wheel is not None and wheel.stat().st_mtime > _newest_source() else None
 
 
 @pytest.mark.slow
@@ -34,7 +26,7 @@ def test_the_cpu_wheel_kiln_wheels_made_is_rebuilt_byte_for_byte_elsewhere() -> 
     umask, locale, TZ, no compiler cache) against the wheel `kiln wheels` left in dist/ (built in the checkout,
     with the cache). Every condition still differs, for one build's time. Without a current dist/ wheel, the
     two-build form (below for cu130) runs instead."""
-    made = _dist_wheel("pt213cpu")
+    made = current_dist_wheel("opkiln-*+pt213cpu-*.whl")
     if made is None:
         _two_builds("cpu", None)
         return
