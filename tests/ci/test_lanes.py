@@ -1,5 +1,6 @@
 """tests/support/lanes.py: make test's two pytest processes share the suite, every test runs exactly once, files that
-share an expensive session fixture stay in one process, and after_suite tests wait for the rest."""
+share an expensive session fixture stay in one process, after_suite tests wait for the rest, and
+after_suite(paths) tests only for the tests under those paths."""
 
 from __future__ import annotations
 
@@ -10,13 +11,14 @@ import sys
 import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from support import lanes
-from support.lanes import plan
+from support.lanes import dependencies, plan
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -58,6 +60,34 @@ def test_everything_else_ran_first():
     nodeids = {{line.rsplit(" ", 1)[0] for line in ran if line}}
     others = [f"test_{{i}}.py::test_{{i}}_{{j}}" for i in range({files}) for j in range({tests})]
     assert set(others) <= nodeids, sorted(set(others) - nodeids)
+"""
+
+
+SCOPED = """
+import pytest
+from pathlib import Path
+pytestmark = pytest.mark.after_suite("test_1.py")
+
+def test_what_test_1_made_is_there():
+    ran = (Path(__file__).parent / "ran.log").read_text().split("\\n")
+    nodeids = {line.rsplit(" ", 1)[0] for line in ran if line}
+    assert {"test_1.py::test_1_0", "test_1.py::test_1_1"} <= nodeids
+"""
+
+SLOW = """
+import time
+from pathlib import Path
+
+def test_slow_0():
+    # The other lane runs the scoped test while this file still runs: it waits on test_1.py, not on this.
+    log = Path(__file__).parent / "ran.log"
+    deadline = time.monotonic() + 120
+    while "test_scoped.py::" not in (log.read_text() if log.exists() else ""):
+        assert time.monotonic() < deadline, "the scoped after_suite test waited for this file too"
+        time.sleep(0.2)
+
+def test_slow_1():
+    pass
 """
 
 
@@ -119,6 +149,27 @@ def test_a_lane_whose_collection_differs_stops_with_a_usage_error(tmp_path: Path
     assert "planned from another collection" in out
 
 
+def test_a_scoped_after_suite_test_waits_only_for_the_paths_it_names(tmp_path: Path) -> None:
+    root = _tree(tmp_path, files=4, tests=2, shared=(1, 3))
+    (root / "test_scoped.py").write_text(SCOPED)
+    (root / "test_slow.py").write_text(SLOW)
+    (root / "durations.json").write_text(json.dumps({"test_slow.py": 100.0}))  # claimed first
+    outs = _run_lanes(root, tmp_path / "claims")
+    ran = [line.rsplit(" ", 1)[0] for line in (root / "ran.log").read_text().splitlines()
+           if not line.startswith("BUILD ")]
+    assert ran.index("test_scoped.py::test_what_test_1_made_is_there") < ran.index("test_slow.py::test_slow_0")
+    assert ran[-1] == "test_zz_after.py::test_everything_else_ran_first"  # the bare marker still goes last
+    assert sorted(ran) == sorted({*ran}) and len(ran) == 4 * 2 + 1 + 2 + 1, ran  # each exactly once
+    assert sum("lanes: lane" in out for out in outs) == 2
+
+
+def test_an_after_suite_path_outside_the_rootdir_is_a_usage_error(tmp_path: Path) -> None:
+    root = _tree(tmp_path, files=2, tests=1, shared=())
+    (root / "test_scoped.py").write_text(SCOPED.replace('"test_1.py"', '"../elsewhere"'))
+    (out,) = [p.communicate(timeout=300)[0] for p in [_lane(root, tmp_path / "claims", "only")]]
+    assert "after_suite takes paths" in out and "'../elsewhere'" in out, out
+
+
 def test_one_lane_alone_runs_everything(tmp_path: Path) -> None:
     root = _tree(tmp_path, files=3, tests=2, shared=(0, 2))
     (out,) = _run_lanes(root, tmp_path / "claims", count=1)
@@ -130,22 +181,26 @@ class FakeItem:
     path: Path
     nodeid: str
     fixturenames: list[str] = field(default_factory=list)
-    after: bool = False
+    waits: tuple[str, ...] | None = None  # after_suite's paths: () for the bare marker, None for no marker
 
     def get_closest_marker(self, name: str) -> object | None:
-        return object() if name == "after_suite" and self.after else None
+        return SimpleNamespace(args=self.waits) if name == "after_suite" and self.waits is not None else None
+
+
+MARKS = st.one_of(st.none(), st.just(()), st.lists(st.integers(0, 9).map(lambda f: f"tests/test_f{f}.py"),
+                                                   min_size=1, max_size=3).map(tuple))
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 9), st.sets(st.sampled_from(["a", "b", "c", "d"]), max_size=2),
-                          st.booleans()), min_size=1, max_size=40),
+@given(st.lists(st.tuples(st.integers(0, 9), st.sets(st.sampled_from(["a", "b", "c", "d"]), max_size=2), MARKS),
+                min_size=1, max_size=40),
        st.dictionaries(st.integers(0, 9), st.floats(0, 500, allow_nan=False), max_size=10))
 def test_the_plan_partitions_the_items_keeps_sharers_together_and_goes_longest_first(
-        spec: list[tuple[int, set[str], bool]], seconds: dict[int, float]) -> None:
+        spec: list[tuple[int, set[str], tuple[str, ...] | None]], seconds: dict[int, float]) -> None:
     items = []
-    for n, (file, fixtures, after) in enumerate(spec):
+    for n, (file, fixtures, waits) in enumerate(spec):
         items.append(FakeItem(REPO / "tests" / f"test_f{file}.py", f"tests/test_f{file}.py::t{n}",
-                              sorted(fixtures), after and file % 3 == 0))
+                              sorted(fixtures), waits if file % 3 == 0 else None))
     durations = {f"tests/test_f{file}.py": value for file, value in seconds.items()}
     groups = plan(items, durations, frozenset({"a", "b"}), ())  # type: ignore[arg-type]
     planned = [item for group in groups for item in group.items]
@@ -155,13 +210,32 @@ def test_the_plan_partitions_the_items_keeps_sharers_together_and_goes_longest_f
         assert len(holders) <= 1
     files = [file for group in groups for file in group.files]
     assert len(files) == len(set(files))  # a file is in one group
-    regular = [g.seconds for g in groups if not g.after_suite]
+    regular = [g.seconds for g in groups if not g.after_suite]  # scoped ones keep their place by length
     assert regular == sorted(regular, reverse=True)
     flags = [g.after_suite for g in groups]
-    assert flags == sorted(flags)  # after_suite groups last
+    assert flags == sorted(flags)  # bare after_suite groups last
     for group in groups:  # a group keeps the session's order
         order = [items.index(i) for i in group.items]  # type: ignore[arg-type]
         assert order == sorted(order)
+        marks = [i.waits for i in group.items if i.waits is not None]  # type: ignore[attr-defined]
+        assert group.after_suite == (() in marks)
+        assert set(group.waits_on) == (set() if group.after_suite else {p for m in marks for p in m})
+
+    needs = dependencies(groups)
+    for index, group in enumerate(groups):
+        if group.after_suite:  # after every group but the other bare ones
+            assert needs[index] == [i for i, g in enumerate(groups) if not g.after_suite]
+        elif group.waits_on:  # after exactly the groups that hold a named file and wait on nothing
+            assert set(needs[index]) == {i for i, g in enumerate(groups) if i != index and not g.waits
+                                         and set(g.files) & set(group.waits_on)}
+        else:
+            assert needs[index] == []
+    # No cycle: a lane can always take some group until all are done.
+    done: set[int] = set()
+    while len(done) < len(groups):
+        ready = [i for i in range(len(groups)) if i not in done and set(needs[i]) <= done]
+        assert ready, "a cycle of waits"
+        done |= set(ready)
 
 
 def test_the_config_is_checked(tmp_path: Path) -> None:

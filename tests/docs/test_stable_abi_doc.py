@@ -11,7 +11,7 @@ nvidia-smi lists one and skip, saying so, elsewhere. Then what the page says the
 The page's `pytest tests/stable` is this suite's own tests/stable: when the session runs those too,
 the clone only collects them (`--collect-only`: the command's paths and tests are right) and what they
 make (tests/_artifacts/...) is checked in this checkout, where the session's own run made it. This
-module runs after every other test (marker after_suite) for that; run alone, it runs the command whole.
+module runs after tests/stable (marker after_suite("tests/stable")) for that; run alone, it runs the command whole.
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ COMMANDS = doc_commands(DOC)
 GPU_COMMANDS = ("tests/stable/gpu_check.sh",)
 COMMAND_TIMEOUT_S = 3600
 
-pytestmark = [pytest.mark.slow, pytest.mark.after_suite]
+# After tests/stable (what its tests make is checked here), not after the whole run.
+pytestmark = [pytest.mark.slow, pytest.mark.after_suite("tests/stable")]
 SUITE_PYTEST = re.compile(r"^\.venv/bin/python -m pytest (tests/[\w/.-]+)$")
 
 

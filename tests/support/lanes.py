@@ -10,7 +10,10 @@ same way; then each claims groups from a shared folder (`--lane-claims DIR`) unt
   project's build) is then made by one lane only.
 - Groups go longest first (tests/lane_durations.json: seconds per file from an earlier run's junit XML,
   `make lane-durations`), so the last group a lane takes is short. Groups of after_suite tests go last, and
-  wait until every other group is done: they check what the rest of the run made.
+  wait until every other group is done: they check what the rest of the run made. `after_suite("tests/x", ...)`
+  narrows that to what the tests under those paths made: the group keeps its place by length and a lane takes
+  it once every group holding such a file is done (meanwhile it takes the next groups), so no core idles at the
+  end waiting for the whole run.
 - A claim is a file created with O_EXCL in DIR/claimed/; the first lane writes DIR/plan.json and every other
   lane must have planned the same groups, or it stops with a usage error. DIR/done/ marks finished groups.
   A lane that dies leaves its claimed group unfinished (its exit status fails the run); the other lanes
@@ -25,6 +28,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,10 +52,16 @@ class Group:
     files: tuple[str, ...]
     items: tuple[pytest.Item, ...]
     seconds: float
-    after_suite: bool
+    after_suite: bool  # runs after every other group (a bare after_suite marker)
+    waits_on: tuple[str, ...] = ()  # after_suite("tests/x", ...): runs after the groups holding files under these
+
+    @property
+    def waits(self) -> bool:
+        return self.after_suite or bool(self.waits_on)
 
     def describe(self) -> dict[str, object]:
-        return {"key": self.key, "files": list(self.files), "tests": [item.nodeid for item in self.items]}
+        return {"key": self.key, "files": list(self.files), "tests": [item.nodeid for item in self.items],
+                "after_suite": self.after_suite, "waits_on": list(self.waits_on)}
 
 
 def load_config(path: Path | None = None) -> tuple[frozenset[str], tuple[str, ...]]:
@@ -81,17 +91,42 @@ def load_durations(path: Path | None = None) -> dict[str, float]:
     return {k: float(v) for k, v in data.items()}
 
 
-def _file_of(item: pytest.Item) -> str:
-    path = Path(item.path).resolve()
+def _relative(path: Path) -> str:
+    path = path.resolve()
     try:
         return path.relative_to(REPO).as_posix()
     except ValueError:
         return path.as_posix()
 
 
+def _file_of(item: pytest.Item) -> str:
+    return _relative(Path(item.path))
+
+
+def waits_on(item: pytest.Item) -> tuple[str, ...] | None:
+    """What an item's after_suite marker waits for: None (no marker), () (every other test), or the paths
+    (test files or folders, relative to the rootdir; kept as the plan names files) whose tests go first."""
+    marker = item.get_closest_marker("after_suite")
+    if marker is None:
+        return None
+    root = Path(getattr(getattr(item, "config", None), "rootpath", REPO))
+    paths = []
+    for path in getattr(marker, "args", ()):
+        if not isinstance(path, str) or not path or path.startswith("/") or ".." in path.split("/"):
+            raise pytest.UsageError(f"{getattr(item, 'nodeid', item)}: after_suite takes paths (test files or "
+                                    f"folders) relative to the rootdir, not {path!r}")
+        paths.append(_relative(root / path))
+    return tuple(paths)
+
+
+def _under(file: str, paths: tuple[str, ...]) -> bool:
+    return any(file == path or file.startswith(path + "/") for path in paths)
+
+
 def plan(items: list[pytest.Item], durations: dict[str, float], fixtures: frozenset[str],
          folders: tuple[str, ...]) -> list[Group]:
-    """The groups, in the order lanes claim them: longest first, after_suite groups last (in session order)."""
+    """The groups, in the order lanes claim them: longest first (groups that wait on named paths among them),
+    groups of a bare after_suite marker last (in session order)."""
     by_file: dict[str, list[pytest.Item]] = {}
     for item in items:
         by_file.setdefault(_file_of(item), []).append(item)
@@ -119,8 +154,10 @@ def plan(items: list[pytest.Item], durations: dict[str, float], fixtures: frozen
     for files in members.values():
         group_items = sorted((item for file in files for item in by_file[file]), key=lambda i: position[id(i)])
         seconds = sum(durations.get(file, SECONDS_PER_UNKNOWN_TEST * len(by_file[file])) for file in files)
-        after = any(item.get_closest_marker("after_suite") is not None for item in group_items)
-        groups.append(Group(files[0], tuple(files), tuple(group_items), seconds, after))
+        marks = [mark for mark in map(waits_on, group_items) if mark is not None]
+        after = any(mark == () for mark in marks)
+        paths = () if after else tuple(sorted({path for mark in marks for path in mark}))
+        groups.append(Group(files[0], tuple(files), tuple(group_items), seconds, after, paths))
     first = {group.key: position[id(group.items[0])] for group in groups}
     return sorted(groups, key=lambda g: (g.after_suite, first[g.key] if g.after_suite else -g.seconds, g.key))
 
@@ -164,10 +201,13 @@ class Claims:
     def claim(self, index: int) -> bool:
         return self._mark("claimed", index)
 
+    def claimed(self, index: int) -> bool:
+        return (self.root / "claimed" / f"{index:04d}").exists()
+
     def finish(self, index: int) -> None:
         self._mark("done", index)
 
-    def pending(self, indexes: range) -> list[int]:
+    def pending(self, indexes: Iterable[int]) -> list[int]:
         """Of `indexes`, those not done whose owner may still finish them (claimed by a live process, or not
         claimed yet)."""
         waiting = []
@@ -217,28 +257,46 @@ def pytest_runtestloop(session: pytest.Session) -> bool | None:
     groups = plan(list(session.items), load_durations(), fixtures, folders)
     claims = Claims(Path(root), lane)
     claims.agree(groups)
-    first_after = next((i for i, g in enumerate(groups) if g.after_suite), len(groups))
+    needs = dependencies(groups)
     ran: list[Group] = []
     session.config.stash[_RAN] = ran
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
 
-    def next_claim(start: int) -> int | None:
-        for index in range(start, len(groups)):
-            if claims.claim(index):
-                return index
-        return None
+    def next_claim(block: bool) -> tuple[int | None, int | None]:
+        """(the group this lane claimed, or None; the first group that waits on others still running, or
+        None). With block, wait for those others rather than return without a claim while one is left."""
+        said = False
+        while True:
+            deferred: int | None = None
+            for index in range(len(groups)):
+                if claims.claimed(index):
+                    continue
+                if claims.pending(needs[index]):
+                    deferred = index if deferred is None else deferred
+                    continue
+                if claims.claim(index):
+                    return index, None
+            if deferred is None or not block:
+                return None, deferred
+            if not said and reporter is not None:
+                waiting = claims.pending(needs[deferred])
+                reporter.write_line(f"lanes: {lane} waits for {len(waiting)} group(s) of another lane before "
+                                    f"{groups[deferred].key}")
+                said = True
+            time.sleep(WAIT_POLL_S)
 
-    current = next_claim(0)
+    current, _ = next_claim(block=True)
     while current is not None:
         group = groups[current]
-        if group.after_suite:
-            _wait_for(claims, range(first_after), session, lane)
         following: int | None = None
         for position, item in enumerate(group.items):
             last = position == len(group.items) - 1
+            hint: int | None = None
             if last:
-                following = next_claim(current + 1)
+                following, hint = next_claim(block=False)
+            upcoming = following if following is not None else hint
             nextitem = group.items[position + 1] if not last else (
-                groups[following].items[0] if following is not None else None)
+                groups[upcoming].items[0] if upcoming is not None else None)
             item.config.hook.pytest_runtest_protocol(item=item, nextitem=nextitem)
             if session.shouldfail:
                 raise session.Failed(session.shouldfail)
@@ -246,19 +304,23 @@ def pytest_runtestloop(session: pytest.Session) -> bool | None:
                 raise session.Interrupted(session.shouldstop)
         claims.finish(current)
         ran.append(group)
-        current = following
+        current = following if following is not None else next_claim(block=True)[0]
     return True
 
 
-def _wait_for(claims: Claims, indexes: range, session: pytest.Session, lane: str) -> None:
-    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
-    said = False
-    while waiting := claims.pending(indexes):
-        if not said and reporter is not None:
-            reporter.write_line(f"lanes: {lane} waits for {len(waiting)} group(s) of another lane before the "
-                                "after_suite tests")
-            said = True
-        time.sleep(WAIT_POLL_S)
+def dependencies(groups: list[Group]) -> list[list[int]]:
+    """For each group, the groups that must be done before a lane takes it: for a bare after_suite group every
+    group that is not one; for after_suite(paths) those holding a file under the paths that wait on nothing."""
+    needs: list[list[int]] = []
+    for group in groups:
+        if group.after_suite:
+            needs.append([i for i, other in enumerate(groups) if not other.after_suite])
+        elif group.waits_on:
+            needs.append([i for i, other in enumerate(groups) if other is not group and not other.waits
+                          and any(_under(file, group.waits_on) for file in other.files)])
+        else:
+            needs.append([])
+    return needs
 
 
 _RAN = pytest.StashKey[list[Group]]()
