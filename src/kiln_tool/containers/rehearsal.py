@@ -42,7 +42,7 @@ from ..op_smoke import EXERCISE, exercise_args
 from ..project import KilnProject
 from ..release import ReleaseError, run_release
 from .cibw import HOST_MOUNT, host_pip_sources
-from .engine import ContainerError, Engine, docker
+from .engine import ContainerError, Engine, docker, scratch_tmpfs_arg
 from .images import Base
 
 Say = Callable[[str], None]
@@ -172,6 +172,7 @@ start=$EPOCHREALTIME
 /tmp/pip-env/bin/python -c {exercise} {args} > /tmp/pip.json
 {_libraries_of(PIP_ENV, package)} | sed 's/^SO /PIPSO /'
 echo "PIP $(cat /tmp/pip.json) SECONDS $(python3 -c "print($EPOCHREALTIME - $start)")"
+rm -rf /tmp/pip-env  # checked: its room (4.6 GB for a CUDA torch) goes to uv's cache and venv
 start=$EPOCHREALTIME
 uv venv --quiet --python {CONTAINER_PYTHON} /tmp/uv-env
 uv pip install --quiet --python /tmp/uv-env/bin/python --only-binary=:all: {name} \\
@@ -258,7 +259,9 @@ def install_as_user(engine: Engine, base: Base, uv: Path, url: str, wheel: str, 
     mounts = [item for m in _pip_mounts() for item in ("-v", m)]
     name = f"kiln-rehearsal-{project.name}-{os.getpid()}-{int(time.time())}"
     script = _install_script(project, url, page, _uv_sources(), mismatch)
-    args = ["run", "--rm", "--name", name, "--network=host", *mounts, "-v", f"{uv}:/usr/local/bin/uv:ro",
+    # /tmp (both venvs and uv's cache) on a tmpfs where memory allows, as cibuildwheel's scratch folder.
+    scratch = shlex.split(scratch_tmpfs_arg())
+    args = ["run", "--rm", "--name", name, "--network=host", *scratch, *mounts, "-v", f"{uv}:/usr/local/bin/uv:ro",
             *env_args, "-e", "UV_CACHE_DIR=/tmp/uv-cache", base.runtime_image, "/bin/bash", "-c", script]
     say(f"rehearsal: {wheel}: pip and uv install {project.name} -f {url}{page} in a fresh {base.runtime_image}")
     started = time.monotonic()
