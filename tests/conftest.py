@@ -30,8 +30,7 @@ from adopters.fixtures import (  # noqa: F401 - the adopters' session fixtures, 
 from kiln_tool.matrix_data import local_builds
 from kiln_tool.pipeline import build_wheel
 from support import cpu_time
-from support.dist_wheels import find_dist as _find
-from support.dist_wheels import newest_source as _newest_source
+from support.dist_wheels import find_dist, newest_source
 from support.lanes import pytest_addoption, pytest_runtestloop, pytest_terminal_summary  # noqa: F401 - hooks
 from support.venvs import CU130_VENV, make_venv, skip_without_cu130
 
@@ -67,7 +66,7 @@ def build_test_wheel(name: str, python: Path, cuda_tag: str, env: dict[str, str]
         made = out / ".built-from"
         wheels = sorted(out.glob("*.whl"))
         if len(wheels) == 1 and made.is_file() and made.read_text() == recipe \
-                and made.stat().st_mtime > _newest_source():
+                and made.stat().st_mtime > newest_source():
             return wheels[0]
         shutil.rmtree(out, ignore_errors=True)
         out.mkdir(parents=True)
@@ -89,7 +88,7 @@ def repo() -> Path:
 @pytest.fixture(scope="session")
 def cpu_wheel() -> Path:
     """The torch 2.13 CPU wheel (built with the dev venv's torch if dist/ has none)."""
-    return _find("opkiln-*+pt213cpu-*.whl") or build_test_wheel("cpu", Path(sys.executable), "cpu")
+    return find_dist("opkiln-*+pt213cpu-*.whl") or build_test_wheel("cpu", Path(sys.executable), "cpu")
 
 
 @pytest.fixture(scope="session")
@@ -104,7 +103,7 @@ def unrepaired_cpu_wheel(cpu_wheel: Path) -> Path:
 @pytest.fixture(scope="session")
 def cuda_wheel() -> Path:
     """The torch 2.14 CUDA 13.0 wheel; skipped where no CUDA build venv exists."""
-    return _find("opkiln-*+pt214cu130-*.whl") or build_test_wheel("cu130", _cu130_python(), "cu130")
+    return find_dist("opkiln-*+pt214cu130-*.whl") or build_test_wheel("cu130", _cu130_python(), "cu130")
 
 
 @pytest.fixture(scope="session")

@@ -17,6 +17,7 @@ import json
 import os
 import platform as _platform
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -31,7 +32,7 @@ from ..build_info import git_dirty
 from ..epoch import source_date_epoch
 from ..matrix_data import Matrix, MatrixJob, build_jobs, github_entry
 from ..matrix_data import load as load_matrix
-from .engine import STATE_DIR, ContainerError, Engine, load_recipe, scratch_tmpfs_arg
+from .engine import STATE_DIR, ContainerError, Engine, load_recipe, scratch_tmpfs_args
 from .images import Base, ensure_build_image
 
 if TYPE_CHECKING:
@@ -162,9 +163,9 @@ def run_cibuildwheel(engine: Engine, base: Base, job: MatrixJob, out: Path, *, p
         "CIBW_ARCHS": arch,
         f"CIBW_MANYLINUX_{arch.upper()}_IMAGE": image,
         # No bridge network here; cpu-shares keep a desktop responsive (nice does not reach containers); the
-        # scratch folder on a tmpfs where memory allows (engine.scratch_tmpfs_arg).
-        "CIBW_CONTAINER_ENGINE": "docker; create_args: --network=host --cpu-shares=512" + scratch_tmpfs_arg()
-                                 + emulation_mounts(arch),
+        # scratch folder on a tmpfs where memory allows (engine.scratch_tmpfs_args).
+        "CIBW_CONTAINER_ENGINE": "docker; create_args: " + shlex.join(
+            ["--network=host", "--cpu-shares=512", *scratch_tmpfs_args()]) + emulation_mounts(arch),
         "KILN_TORCH_VERSION": entry["torch"],
         "KILN_TORCH_INDEX": torch_index or standin_torch_index(base) or entry["torch_index"],
         "KILN_VARIANT": entry["kiln_variant"],

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -56,22 +57,35 @@ def _mem_available_gib(meminfo: Path) -> float | None:
     return None
 
 
-def scratch_tmpfs_arg(meminfo: Path = Path("/proc/meminfo")) -> str:
-    """A create argument that gives cibuildwheel's containers a tmpfs for their scratch folder (where it makes the
-    test venv, and deletes it), when this machine has the memory for it (data/containers.json
-    engine.scratch_tmpfs); "" otherwise, or when KILN_CONTAINER_TMPFS=0. exec: the venv's libraries are mapped
-    executable and its scripts run from there."""
-    if os.environ.get("KILN_CONTAINER_TMPFS", "").strip() == "0":
-        return ""
+TMPFS_VARIABLE = "KILN_CONTAINER_TMPFS"
+
+
+def scratch_tmpfs_args(meminfo: Path = Path("/proc/meminfo")) -> list[str]:
+    """docker create/run arguments that put a container's scratch folder (/tmp: cibuildwheel's test venv, the
+    release rehearsal's user venvs and uv's cache; written, then deleted) on a tmpfs, when this machine has the
+    memory for it (data/containers.json engine.scratch_tmpfs); [] otherwise, or when KILN_CONTAINER_TMPFS=0.
+    exec: the venvs' libraries are mapped executable and their scripts run from there."""
+    setting = os.environ.get(TMPFS_VARIABLE, "").strip()
+    if setting not in ("", "0", "1"):
+        raise ContainerError(f"{TMPFS_VARIABLE}={setting[:80]!r}: expected 0 (the container's own filesystem) or 1 "
+                             "(a tmpfs where memory allows, the default)")
+    if setting == "0":
+        return []
     engine = load_recipe()["engine"]
-    assert isinstance(engine, dict)
-    recipe = engine.get("scratch_tmpfs")
-    if not isinstance(recipe, dict):
-        return ""
+    recipe = engine.get("scratch_tmpfs") if isinstance(engine, dict) else None
+    if recipe is None:
+        return []
+    path, size, floor = (recipe.get(k) for k in ("path", "size_gib", "min_available_gib")) \
+        if isinstance(recipe, dict) else (None, None, None)
+    if not (isinstance(path, str) and re.fullmatch(r"(/[A-Za-z0-9._-]+)+", path) and ".." not in path.split("/")
+            and isinstance(size, int) and not isinstance(size, bool) and isinstance(floor, int | float)
+            and not isinstance(floor, bool) and 0 < size < floor):
+        raise ContainerError(f"{CONTAINERS_FILE}: engine.scratch_tmpfs must be {{path: an absolute path, size_gib: "
+                             f"an integer > 0, min_available_gib: more than size_gib}}, not {recipe!r}")
     available = _mem_available_gib(meminfo)
-    if available is None or available < float(recipe["min_available_gib"]):
-        return ""
-    return f" --tmpfs={recipe['path']}:rw,exec,nosuid,nodev,size={int(recipe['size_gib'])}g"
+    if available is None or available < floor:
+        return []
+    return [f"--tmpfs={path}:rw,exec,nosuid,nodev,size={size}g"]
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,7 @@ from ..op_smoke import EXERCISE, exercise_args
 from ..project import KilnProject
 from ..release import ReleaseError, run_release
 from .cibw import HOST_MOUNT, host_pip_sources
-from .engine import ContainerError, Engine, docker, scratch_tmpfs_arg
+from .engine import ContainerError, Engine, docker, scratch_tmpfs_args
 from .images import Base
 
 Say = Callable[[str], None]
@@ -260,9 +260,9 @@ def install_as_user(engine: Engine, base: Base, uv: Path, url: str, wheel: str, 
     name = f"kiln-rehearsal-{project.name}-{os.getpid()}-{int(time.time())}"
     script = _install_script(project, url, page, _uv_sources(), mismatch)
     # /tmp (both venvs and uv's cache) on a tmpfs where memory allows, as cibuildwheel's scratch folder.
-    scratch = shlex.split(scratch_tmpfs_arg())
-    args = ["run", "--rm", "--name", name, "--network=host", *scratch, *mounts, "-v", f"{uv}:/usr/local/bin/uv:ro",
-            *env_args, "-e", "UV_CACHE_DIR=/tmp/uv-cache", base.runtime_image, "/bin/bash", "-c", script]
+    args = ["run", "--rm", "--name", name, "--network=host", *scratch_tmpfs_args(), *mounts,
+            "-v", f"{uv}:/usr/local/bin/uv:ro", *env_args, "-e", "UV_CACHE_DIR=/tmp/uv-cache", base.runtime_image,
+            "/bin/bash", "-c", script]
     say(f"rehearsal: {wheel}: pip and uv install {project.name} -f {url}{page} in a fresh {base.runtime_image}")
     started = time.monotonic()
     try:
